@@ -1,0 +1,48 @@
+/* Shared error handling and small helpers.
+ *
+ * Setup and I/O functions return 0 on success and -1 on error, after recording one line of
+ * text (naming the file, key or flag) with GJ_FAIL. Callers propagate with GJ_TRY. Only main
+ * turns the recorded message into output and an exit code. Kernels use assert only. */
+#ifndef GJ_COMMON_H
+#define GJ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GJ_ERRMSG_MAX 1024
+
+/* Record an error message (printf-style) with the source location; returns -1. */
+int gj_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define GJ_FAIL(...) gj_fail_at(__FILE__, __LINE__, __VA_ARGS__)
+/* Propagate an error code. */
+#define GJ_TRY(expr)                                                                         \
+  do {                                                                                       \
+    int gj_rc_ = (expr);                                                                     \
+    if (gj_rc_) return gj_rc_;                                                               \
+  } while (0)
+
+const char *gj_errmsg(void);   /* last message ("" if none) */
+/* Prefix the recorded message with "<prefix>: "; returns -1. */
+int gj_err_prefix(const char *prefix);
+const char *gj_errwhere(void); /* "file.c:123" of the last GJ_FAIL */
+void gj_err_clear(void);
+
+/* Logging: info goes to stdout on rank 0 only; warnings/errors to stderr on any rank. */
+void gj_log_set_rank(int rank);
+void gj_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gj_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Aligned allocation (64 bytes) of n bytes, zeroed; NULL on failure. Free with free(). */
+void *gj_alloc(size_t n);
+
+/* Parse whole-string numbers; return 0 on success, -1 if not a valid number. */
+int gj_parse_i64(const char *s, int64_t *out);
+int gj_parse_f64(const char *s, double *out);
+
+double gj_now(void); /* monotonic seconds */
+
+#define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

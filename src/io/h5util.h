@@ -1,0 +1,36 @@
+/* Small HDF5 helpers with errors that name the file and the object. */
+#ifndef GJ_IO_H5UTIL_H
+#define GJ_IO_H5UTIL_H
+
+#include <hdf5.h>
+#include <stdint.h>
+
+/* Silence HDF5's automatic error printing (we report errors ourselves). */
+void gj_h5_quiet(void);
+/* Open for reading with the default (serial) driver. Checks that the path is a readable
+ * HDF5 file and names it in the error. */
+int gj_h5_open_read(const char *path, hid_t *file);
+int gj_h5_create(const char *path, hid_t *file); /* truncates */
+
+int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out);
+int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out);
+int gj_h5_write_attr_i64(hid_t obj, const char *name, int64_t v);
+int gj_h5_write_attr_f64(hid_t obj, const char *name, double v);
+int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s);
+
+/* Shape of a dataset: *ndim and dims[0..ndim-1] (ndim <= 4; a scalar has ndim 0). */
+int gj_h5_shape(hid_t file, const char *fname, const char *path, int *ndim, int64_t dims[4]);
+/* Read the block [row0, row0+nrows) x [col0, col0+ncols) of a 1-D (cols = 1) or 2-D dataset
+ * whose shape must be exactly (rows, cols); converts to float. A scalar: rows = cols = 1. */
+int gj_h5_read_block_f32(hid_t file, const char *fname, const char *path, int64_t rows,
+                         int64_t cols, int ndim, int64_t row0, int64_t col0, int64_t nrows,
+                         int64_t ncols, float *out);
+/* Read a whole dataset of n elements as int32 or double. */
+int gj_h5_read_i32(hid_t file, const char *fname, const char *path, int64_t n, int32_t *out);
+int gj_h5_read_f64(hid_t file, const char *fname, const char *path, int64_t n, double *out);
+/* Write a float32 (or int32, or scalar double) dataset, creating intermediate groups. */
+int gj_h5_write_f32(hid_t file, const char *path, const float *data, int ndim, const int64_t *dims);
+int gj_h5_write_i32(hid_t file, const char *path, const int32_t *data, int64_t n);
+int gj_h5_write_scalar_f64(hid_t file, const char *path, double v);
+
+#endif

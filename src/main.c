@@ -1,0 +1,59 @@
+/* gptj: one executable, subcommands dispatched by name. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: gptj <command> [options]\n"
+          "\n"
+          "A distributed GPT-J trainer over MPI (data and tensor parallel). Every command runs\n"
+          "as a plain process or under mpirun/srun.\n"
+          "\n"
+          "commands:\n");
+  for (const gj_command *c = gj_commands; c->name; c++) fprintf(out, "  %-10s %s\n", c->name, c->summary);
+  fprintf(out,
+          "\n"
+          "  gptj <command> --help   options of one command\n"
+          "  gptj --version          version\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("gptj (gptj-mpi) %s\n", PACKAGE_VERSION);
+    return 0;
+  }
+  const gj_command *cmd = NULL;
+  for (const gj_command *c = gj_commands; c->name; c++)
+    if (!strcmp(c->name, argv[1])) cmd = c;
+  if (!cmd) {
+    fprintf(stderr, "gptj: error: unknown command '%s' (see gptj --help)\n", argv[1]);
+    return 2;
+  }
+  int needs_mpi = cmd->mpi;
+  if (needs_mpi) MPI_Init(&argc, &argv);
+  int rank = 0;
+  if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  gj_log_set_rank(rank);
+  int rc = cmd->run(argc - 1, argv + 1);
+  if (rc < 0) {
+    /* Commands agree on failure across ranks before returning; print once. */
+    if (rank == 0) fprintf(stderr, "gptj %s: error: %s\n", cmd->name, gj_errmsg());
+    if (getenv("GJ_DEBUG")) fprintf(stderr, "  (at %s)\n", gj_errwhere());
+    rc = 1;
+  }
+  if (needs_mpi) MPI_Finalize();
+  return rc;
+}

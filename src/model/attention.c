@@ -1,0 +1,98 @@
+#include "model/attention.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
+  return (size_t)nthreads * 2 * GJ_ATTN_QBLOCK * (size_t)Tk;
+}
+
+void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          float *scratch, int64_t B, int64_t Tq, int64_t Tk, int64_t Hl,
+                          int64_t Hd, int64_t ldo, int64_t ldq, int64_t qbs, int64_t ldk,
+                          int64_t kbs) {
+  const float scale = 1.0f / sqrtf((float)Hd);
+  const int64_t pos0 = Tk - Tq;
+  assert(pos0 >= 0);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < B * Hl; bh++) {
+    int64_t b = bh / Hl, h = bh % Hl;
+    float *S = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * Tk;
+    const float *Q = q + b * qbs + h * Hd, *K = k + b * kbs + h * Hd, *Vv = v + b * kbs + h * Hd;
+    float *O = out + b * Tq * ldo + h * Hd;
+    for (int64_t i0 = 0; i0 < Tq; i0 += GJ_ATTN_QBLOCK) {
+      int64_t qb = Tq - i0 < GJ_ATTN_QBLOCK ? Tq - i0 : GJ_ATTN_QBLOCK;
+      int64_t nk = pos0 + i0 + qb; /* keys the last query of the block sees */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, scale,
+                  Q + i0 * ldq, (int)ldq, K, (int)ldk, 0.0f, S, (int)nk);
+      for (int64_t r = 0; r < qb; r++) {
+        float *s = S + r * nk;
+        int64_t nv = pos0 + i0 + r + 1; /* visible keys */
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
+        double sum = 0;
+        for (int64_t j = 0; j < nv; j++) {
+          s[j] = expf(s[j] - mx);
+          sum += s[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < nv; j++) s[j] *= inv;
+        for (int64_t j = nv; j < nk; j++) s[j] = 0.0f;
+        if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + (float)log(sum);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)qb, (int)Hd, (int)nk, 1.0f, S,
+                  (int)nk, Vv, (int)ldk, 0.0f, O + i0 * ldo, (int)ldo);
+    }
+  }
+}
+
+void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v,
+                           float *scratch, int64_t B, int64_t T, int64_t Hl, int64_t Hd,
+                           int64_t ld) {
+  const float scale = 1.0f / sqrtf((float)Hd);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < B * Hl; bh++) {
+    int64_t b = bh / Hl, h = bh % Hl;
+    float *P = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * T;
+    float *dS = P + GJ_ATTN_QBLOCK * T;
+    size_t base = (size_t)b * T * ld + h * Hd;
+    const float *Q = q + base, *K = k + base, *Vv = v + base, *dO = dout + base, *O = out + base;
+    float *dQ = dq + base, *dK = dk + base, *dV = dv + base;
+    const float *L = lse + (b * Hl + h) * T;
+    for (int64_t t = 0; t < T; t++) {
+      memset(dK + t * ld, 0, Hd * sizeof(float));
+      memset(dV + t * ld, 0, Hd * sizeof(float));
+    }
+    for (int64_t i0 = 0; i0 < T; i0 += GJ_ATTN_QBLOCK) {
+      int64_t qb = T - i0 < GJ_ATTN_QBLOCK ? T - i0 : GJ_ATTN_QBLOCK;
+      int64_t nk = i0 + qb;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, scale,
+                  Q + i0 * ld, (int)ld, K, (int)ld, 0.0f, P, (int)nk);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, 1.0f,
+                  dO + i0 * ld, (int)ld, Vv, (int)ld, 0.0f, dS, (int)nk);
+      for (int64_t r = 0; r < qb; r++) {
+        float *p = P + r * nk, *ds = dS + r * nk;
+        const float *o = O + (i0 + r) * ld, *dor = dO + (i0 + r) * ld;
+        float Di = 0; /* rowsum(dO * O) = sum_j P_j dP_j */
+        for (int64_t d = 0; d < Hd; d++) Di += dor[d] * o[d];
+        int64_t nv = i0 + r + 1;
+        float l = L[i0 + r];
+        for (int64_t j = 0; j < nv; j++) {
+          p[j] = expf(p[j] - l);
+          ds[j] = p[j] * (ds[j] - Di);
+        }
+        for (int64_t j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)qb, (int)Hd, (int)nk, scale, dS,
+                  (int)nk, K, (int)ld, 0.0f, dQ + i0 * ld, (int)ld);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Hd, (int)qb, scale, dS,
+                  (int)nk, Q + i0 * ld, (int)ld, 1.0f, dK, (int)ld);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Hd, (int)qb, 1.0f, P,
+                  (int)nk, dO + i0 * ld, (int)ld, 1.0f, dV, (int)ld);
+    }
+  }
+}

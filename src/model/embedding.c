@@ -1,0 +1,29 @@
+#include "model/embedding.h"
+
+#include <string.h>
+
+void gj_embedding_forward(float *out, const int32_t *ids, const float *wte, int64_t N,
+                          int64_t D, int64_t v0, int64_t Vl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    int64_t r = (int64_t)ids[i] - v0;
+    if (r >= 0 && r < Vl)
+      memcpy(out + i * D, wte + r * D, D * sizeof(float));
+    else
+      memset(out + i * D, 0, D * sizeof(float));
+  }
+}
+
+void gj_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int64_t N,
+                           int64_t D, int64_t v0, int64_t Vl) {
+  /* Parallel over columns: rows repeat when a token repeats, columns never collide. */
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < D; c0 += 16) {
+    int64_t c1 = c0 + 16 < D ? c0 + 16 : D;
+    for (int64_t i = 0; i < N; i++) {
+      int64_t r = (int64_t)ids[i] - v0;
+      if (r < 0 || r >= Vl) continue;
+      for (int64_t c = c0; c < c1; c++) dwte[r * D + c] += dout[i * D + c];
+    }
+  }
+}

@@ -1,0 +1,12 @@
+/* Vocab-parallel token embedding: this rank holds rows [v0, v0 + Vl) of wte. */
+#ifndef GJ_MODEL_EMBEDDING_H
+#define GJ_MODEL_EMBEDDING_H
+#include <stdint.h>
+
+/* out [N, D] = wte[ids - v0] for ids in range, 0 otherwise. ids [N], wte [Vl, D]. */
+void gj_embedding_forward(float *out, const int32_t *ids, const float *wte, int64_t N,
+                          int64_t D, int64_t v0, int64_t Vl);
+/* dwte [Vl, D] += dout [N, D] rows scattered by ids in range. */
+void gj_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int64_t N,
+                           int64_t D, int64_t v0, int64_t Vl);
+#endif

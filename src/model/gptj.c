@@ -1,0 +1,199 @@
+#include "model/gptj.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <omp.h>
+
+#include "common.h"
+#include "model/attention.h"
+#include "model/crossentropy.h"
+#include "model/embedding.h"
+#include "model/gelu.h"
+#include "model/layernorm.h"
+#include "model/linear.h"
+#include "model/rotary.h"
+
+/* Allocate with huge pages advised and touch every page once, so the step loop never pays
+ * first-touch faults (DESIGN.md §12). */
+static void *arena_alloc(size_t bytes) {
+  void *p = NULL;
+  size_t align = (size_t)2 << 20;
+  bytes = (bytes + align - 1) / align * align;
+  if (posix_memalign(&p, align, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  memset(p, 0, bytes);
+  return p;
+}
+
+int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax) {
+  memset(m, 0, sizeof *m);
+  GJ_TRY(gj_config_validate(c));
+  if (Tmax > c->n_positions)
+    return GJ_FAIL("sequence length %lld exceeds n_positions %lld", (long long)Tmax,
+                   (long long)c->n_positions);
+  m->c = *c;
+  m->g = g;
+  GJ_TRY(gj_layout_build(&m->lay, c, g->tp_size, g->tp_rank));
+  int tp = g->tp_size;
+  m->Hl = c->n_head / tp;
+  m->Dl = m->Hl * gj_config_head_dim(c);
+  m->Fl = c->n_inner / tp;
+  m->Vl = c->vocab_size / tp;
+  m->v0 = m->Vl * g->tp_rank;
+  m->Bmax = Bmax, m->Tmax = Tmax;
+  m->nthreads = omp_get_max_threads();
+
+  size_t np = m->lay.numel;
+  m->arena_bytes = 4 * np * sizeof(float);
+  m->arena = arena_alloc(m->arena_bytes);
+  if (!m->arena) return GJ_FAIL("out of memory: parameter arena of %zu bytes", m->arena_bytes);
+  m->params = m->arena, m->grads = m->arena + np, m->m = m->arena + 2 * np, m->v = m->arena + 3 * np;
+  m->P.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
+  m->G.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
+  if (!m->P.h || !m->G.h) return GJ_FAIL("out of memory");
+  gj_layout_ptrs(&m->lay, c, m->params, &m->P);
+  gj_layout_ptrs(&m->lay, c, m->grads, &m->G);
+
+  /* Activation arena: a size pass over the same list that assigns the pointers. */
+  int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
+  int64_t Dl = m->Dl, Fl = m->Fl, Vl = m->Vl, Hl = m->Hl;
+  struct { float **p; size_t n; } fl[] = {
+      {&m->a.resid, (L + 1) * N * D}, {&m->a.ln_mean, L * N}, {&m->a.ln_rstd, L * N},
+      {&m->a.h, L * N * D}, {&m->a.q, L * N * Dl}, {&m->a.k, L * N * Dl}, {&m->a.v, L * N * Dl},
+      {&m->a.att, L * N * Dl}, {&m->a.lse, L * N * Hl}, {&m->a.pre, L * N * Fl},
+      {&m->a.act, L * N * Fl}, {&m->a.lnf_mean, N}, {&m->a.lnf_rstd, N}, {&m->a.xf, N * D},
+      {&m->a.logits, N * Vl}, {&m->a.ce_mx, N}, {&m->a.ce_lse, N}, {&m->a.ce_stats, 2 * N},
+      {&m->a.y, N * D}, {&m->a.dx, N * D}, {&m->a.dh, N * D}, {&m->a.dq, N * Dl},
+      {&m->a.dk, N * Dl}, {&m->a.dv, N * Dl}, {&m->a.datt, N * Dl}, {&m->a.dact, N * Fl},
+      {&m->a.ones, N}, {&m->a.attn_scratch, gj_attention_scratch_floats(m->nthreads, Tmax)},
+      {&m->a.rot_cos, c->n_positions * (R / 2) + 1}, {&m->a.rot_sin, c->n_positions * (R / 2) + 1},
+      {(float **)&m->a.ids, N}, {(float **)&m->a.targets, N},
+  };
+  size_t total = 0;
+  for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) total += (fl[i].n + 15) / 16 * 16;
+  m->act_bytes = total * sizeof(float);
+  m->act_arena = arena_alloc(m->act_bytes);
+  if (!m->act_arena) return GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
+  size_t off = 0;
+  for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+    *fl[i].p = m->act_arena + off;
+    off += (fl[i].n + 15) / 16 * 16;
+  }
+  for (int64_t i = 0; i < N; i++) m->a.ones[i] = 1.0f;
+  gj_rotary_table(m->a.rot_cos, m->a.rot_sin, c->n_positions, R);
+  return 0;
+}
+
+void gj_model_free(gj_model *m) {
+  free(m->arena);
+  free(m->act_arena);
+  free(m->P.h);
+  free(m->G.h);
+  gj_layout_free(&m->lay);
+  memset(m, 0, sizeof *m);
+}
+
+void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->lay.numel * sizeof(float)); }
+
+int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                     int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {
+  const gj_config *c = &m->c;
+  gj_acts *a = &m->a;
+  if (B > m->Bmax || T > m->Tmax)
+    return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
+                   (long long)T, (long long)m->Bmax, (long long)m->Tmax);
+  m->B = B, m->T = T;
+  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl, Hl = m->Hl;
+  const int64_t Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const float eps = (float)c->layer_norm_epsilon;
+  memcpy(a->ids, ids, N * sizeof(int32_t));
+  memcpy(a->targets, targets, N * sizeof(int32_t));
+
+  gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl);
+  GJ_TRY(gj_tp_allreduce_sum(m->g, a->resid, N * D));
+
+  for (int64_t l = 0; l < c->n_layer; l++) {
+    const gj_block_ptrs *p = &m->P.h[l];
+    float *x = a->resid + l * NC * D, *xo = a->resid + (l + 1) * NC * D;
+    float *h = a->h + l * NC * D, *q = a->q + l * NC * Dl, *k = a->k + l * NC * Dl;
+    float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
+    float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
+    gj_layernorm_forward(h, a->ln_mean + l * NC, a->ln_rstd + l * NC, x, p->ln1_w, p->ln1_b, N,
+                         D, eps);
+    gj_linear_forward(q, h, p->wq, NULL, N, D, Dl, 0);
+    gj_linear_forward(k, h, p->wk, NULL, N, D, Dl, 0);
+    gj_linear_forward(v, h, p->wv, NULL, N, D, Dl, 0);
+    gj_rotary_forward(q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+    gj_rotary_forward(k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+    gj_attention_forward(att, lse, q, k, v, a->attn_scratch, B, T, T, Hl, Hd, Dl, Dl, T * Dl, Dl,
+                         T * Dl);
+    /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
+    gj_linear_forward(a->y, att, p->wo, NULL, N, Dl, D, 0);
+    gj_linear_forward(pre, h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0);
+    gj_gelu_forward(act, pre, N * Fl);
+    gj_linear_forward(a->y, act, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D,
+                      1);
+    GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
+  }
+
+  float *xL = a->resid + c->n_layer * NC * D;
+  gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w, m->P.lnf_b, N, D, eps);
+  gj_linear_forward(a->logits, a->xf, m->P.lm_w, m->P.lm_b, N, D, Vl, 0);
+
+  gj_ce_rowmax(a->ce_mx, a->logits, N, Vl);
+  GJ_TRY(gj_tp_allreduce_max(m->g, a->ce_mx, N));
+  gj_ce_stats(a->ce_stats, a->logits, a->ce_mx, targets, N, Vl, m->v0);
+  GJ_TRY(gj_tp_allreduce_sum(m->g, a->ce_stats, 2 * N));
+  *loss_sum = gj_ce_loss(a->ce_lse, a->ce_mx, a->ce_stats, targets, N, zloss, n_valid);
+  return 0;
+}
+
+int gj_model_backward(gj_model *m, float scale, float zloss) {
+  const gj_config *c = &m->c;
+  gj_acts *a = &m->a;
+  const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
+  const int64_t Vl = m->Vl, Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+
+  gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
+  /* d xf = dlogits W (partial over the vocab shards). */
+  gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, a->xf, m->P.lm_w, a->ones, N, D, Vl,
+                     0);
+  GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D));
+  memset(a->dx, 0, N * D * sizeof(float));
+  gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
+                        a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D);
+
+  for (int64_t l = c->n_layer - 1; l >= 0; l--) {
+    const gj_block_ptrs *p = &m->P.h[l];
+    gj_block_ptrs *gp = &m->G.h[l];
+    float *x = a->resid + l * NC * D;
+    float *h = a->h + l * NC * D, *q = a->q + l * NC * Dl, *k = a->k + l * NC * Dl;
+    float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
+    float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
+    /* dx is the gradient of the block output; both branches receive it unchanged. */
+    gj_linear_backward(a->dact, gp->fc_out_w, gp->fc_out_b, a->dx, act, p->fc_out_w, a->ones, N,
+                       Fl, D, 0);
+    gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+    gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, h, p->fc_in_w, a->ones, N, D,
+                       Fl, 0);
+    gj_linear_backward(a->datt, gp->wo, NULL, a->dx, att, p->wo, a->ones, N, Dl, D, 0);
+    gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, a->attn_scratch, B, T,
+                          Hl, Hd, Dl);
+    gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+    gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+    gj_linear_backward(a->dh, gp->wq, NULL, a->dq, h, p->wq, a->ones, N, D, Dl, 1);
+    gj_linear_backward(a->dh, gp->wk, NULL, a->dk, h, p->wk, a->ones, N, D, Dl, 1);
+    gj_linear_backward(a->dh, gp->wv, NULL, a->dv, h, p->wv, a->ones, N, D, Dl, 1);
+    /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
+    GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D));
+    gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, a->ln_mean + l * NC,
+                          a->ln_rstd + l * NC, p->ln1_w, N, D);
+  }
+  gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl);
+  return 0;
+}

@@ -1,0 +1,69 @@
+/* GPT-J forward and backward over this rank's tensor-parallel shard.
+ *
+ * Parameters, gradients and the two AdamW moments live in one arena laid out by the parameter
+ * table; activations in a second arena sized from (B, T, config) at creation. Neither grows
+ * afterwards. */
+#ifndef GJ_MODEL_GPTJ_H
+#define GJ_MODEL_GPTJ_H
+
+#include <stdint.h>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "parallel/grid.h"
+
+typedef struct {
+  /* Saved for backward; per layer slots of Bmax*Tmax rows. N = B*T rows in use. */
+  float *resid;             /* [L+1, N, D]: resid[0] = embeddings, resid[l+1] = block l output */
+  float *ln_mean, *ln_rstd; /* [L, N] */
+  float *h;                 /* [L, N, D] ln_1 output */
+  float *q, *k, *v;         /* [L, N, Dl] (q, k after rotary) */
+  float *att;               /* [L, N, Dl] attention output before out_proj */
+  float *lse;               /* [L, B, Hl, T] attention log-sum-exp */
+  float *pre, *act;         /* [L, N, Fl] fc_in output, gelu of it */
+  float *lnf_mean, *lnf_rstd; /* [N] */
+  float *xf;                /* [N, D] ln_f output */
+  float *logits;            /* [N, Vl]; backward turns it into d loss / d logits */
+  float *ce_mx, *ce_lse;    /* [N] */
+  float *ce_stats;          /* [2N] */
+  int32_t *ids, *targets;   /* [N] copies of the inputs */
+  /* Work buffers. */
+  float *y;                 /* [N, D] block output partial sums */
+  float *dx, *dh;           /* [N, D] */
+  float *dq, *dk, *dv, *datt; /* [N, Dl] */
+  float *dact;              /* [N, Fl] */
+  float *ones;              /* [N] */
+  float *attn_scratch;
+  float *rot_cos, *rot_sin; /* [n_positions, R/2] */
+} gj_acts;
+
+typedef struct {
+  gj_config c;
+  gj_grid *g;
+  gj_layout lay;
+  int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
+  float *arena;               /* params | grads | exp_avg | exp_avg_sq */
+  float *params, *grads, *m, *v;
+  gj_ptrs P, G;
+  int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
+  float *act_arena;
+  size_t act_bytes, arena_bytes;
+  gj_acts a;
+  int nthreads;
+} gj_model;
+
+/* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them. */
+int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax);
+void gj_model_free(gj_model *m);
+
+/* Forward over ids [B, T] with targets [B, T] (< 0: not scored). *loss_sum is the summed
+ * cross-entropy (plus z-loss) over this DP rank's valid targets, *n_valid their number.
+ * Leaves logits [B*T, Vl] in m->a.logits. */
+int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                     int64_t T, float zloss, double *loss_sum, int64_t *n_valid);
+/* Backward of the last forward; gradients ACCUMULATE into m->grads (the caller zeroes),
+ * each scaled by `scale` (1 / number of scored tokens in the global batch). */
+int gj_model_backward(gj_model *m, float scale, float zloss);
+void gj_model_zero_grads(gj_model *m);
+
+#endif

@@ -1,0 +1,142 @@
+#include "model/params.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static int add(gj_layout *l, int cap, const char *name, int ndim, int64_t rows, int64_t cols,
+               enum gj_shard shard, enum gj_init init, int tp, int tr) {
+  if (l->n >= cap) return GJ_FAIL("internal: parameter table overflow");
+  gj_tensor *t = &l->t[l->n++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim, t->rows = rows, t->cols = cols, t->shard = shard, t->init = init;
+  t->lrows = rows, t->lcols = cols;
+  if (shard == GJ_SHARD_ROWS) t->lrows = rows / tp, t->row0 = t->lrows * tr;
+  if (shard == GJ_SHARD_COLS) t->lcols = cols / tp, t->col0 = t->lcols * tr;
+  t->numel = (size_t)t->lrows * t->lcols;
+  t->decay = ndim == 2;
+  t->offset = l->numel;
+  l->numel += (t->numel + 15) / 16 * 16; /* 64-byte aligned tensors */
+  l->n_global += rows * cols;
+  return 0;
+}
+
+int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
+  memset(l, 0, sizeof *l);
+  if (c->n_head % tp)
+    return GJ_FAIL("--tp %d does not divide n_head %lld", tp, (long long)c->n_head);
+  if (c->n_inner % tp)
+    return GJ_FAIL("--tp %d does not divide n_inner %lld", tp, (long long)c->n_inner);
+  if (c->vocab_size % tp)
+    return GJ_FAIL("--tp %d does not divide the padded vocab_size %lld", tp, (long long)c->vocab_size);
+  int cap = 6 + 10 * (int)c->n_layer;
+  l->t = calloc(cap, sizeof *l->t);
+  if (!l->t) return GJ_FAIL("out of memory building the parameter table");
+  int64_t V = c->vocab_size, D = c->n_embd, F = c->n_inner;
+  char nm[64];
+  GJ_TRY(add(l, cap, "transformer.wte.weight", 2, V, D, GJ_SHARD_ROWS, GJ_INIT_EMBED, tp, tr));
+  for (int i = 0; i < c->n_layer; i++) {
+#define ADD(suffix, nd, r, cc, sh, in)                                                       \
+  snprintf(nm, sizeof nm, "transformer.h.%d.%s", i, suffix);                                 \
+  GJ_TRY(add(l, cap, nm, nd, r, cc, sh, in, tp, tr))
+    ADD("ln_1.weight", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
+    ADD("ln_1.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+    ADD("attn.q_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD("attn.k_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD("attn.v_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD("attn.out_proj.weight", 2, D, D, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD("mlp.fc_in.weight", 2, F, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD("mlp.fc_in.bias", 1, F, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
+    ADD("mlp.fc_out.weight", 2, D, F, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD("mlp.fc_out.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+#undef ADD
+  }
+  GJ_TRY(add(l, cap, "transformer.ln_f.weight", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE, tp, tr));
+  GJ_TRY(add(l, cap, "transformer.ln_f.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO, tp, tr));
+  GJ_TRY(add(l, cap, "lm_head.weight", 2, V, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR, tp, tr));
+  GJ_TRY(add(l, cap, "lm_head.bias", 1, V, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO, tp, tr));
+  return 0;
+}
+
+void gj_layout_free(gj_layout *l) {
+  free(l->t);
+  memset(l, 0, sizeof *l);
+}
+
+const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
+  for (int i = 0; i < l->n; i++)
+    if (!strcmp(l->t[i].name, name)) return &l->t[i];
+  return NULL;
+}
+
+void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p) {
+  const gj_tensor *t = l->t;
+  p->wte = base + t[0].offset;
+  for (int i = 0; i < c->n_layer; i++) {
+    const gj_tensor *b = &t[1 + 10 * i];
+    gj_block_ptrs *h = &p->h[i];
+    h->ln1_w = base + b[0].offset, h->ln1_b = base + b[1].offset;
+    h->wq = base + b[2].offset, h->wk = base + b[3].offset, h->wv = base + b[4].offset;
+    h->wo = base + b[5].offset;
+    h->fc_in_w = base + b[6].offset, h->fc_in_b = base + b[7].offset;
+    h->fc_out_w = base + b[8].offset, h->fc_out_b = base + b[9].offset;
+  }
+  const gj_tensor *f = &t[1 + 10 * c->n_layer];
+  p->lnf_w = base + f[0].offset, p->lnf_b = base + f[1].offset;
+  p->lm_w = base + f[2].offset, p->lm_b = base + f[3].offset;
+}
+
+/* Counter-based randomness: a value is a pure function of (key, index, draw). */
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+static double uniform01(uint64_t key, uint64_t idx, uint64_t draw) {
+  uint64_t r = mix64(key ^ mix64(idx * 4 + draw));
+  return ((r >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
+}
+
+/* Standard normal truncated to [-2, 2] by rejection; draws are counted so the result
+ * depends only on (key, idx). */
+static double trunc_normal(uint64_t key, uint64_t idx) {
+  for (uint64_t d = 0;; d += 2) {
+    double u1 = uniform01(key, idx, d), u2 = uniform01(key + d, idx, d + 1);
+    double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+    if (fabs(z) <= 2.0) return z;
+  }
+}
+
+void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_t seed) {
+  for (int i = 0; i < l->n; i++) {
+    const gj_tensor *t = &l->t[i];
+    float *p = base + t->offset;
+    double sigma = 0;
+    switch (t->init) {
+    case GJ_INIT_ZERO: memset(p, 0, t->numel * sizeof(float)); continue;
+    case GJ_INIT_ONE: for (size_t k = 0; k < t->numel; k++) p[k] = 1.0f; continue;
+    case GJ_INIT_LINEAR: sigma = 1.0 / sqrt((double)t->cols); break; /* fan_in = in features */
+    case GJ_INIT_PROJ: sigma = (2.0 / c->n_layer) / sqrt((double)c->n_embd); break;
+    case GJ_INIT_EMBED: sigma = 1.0 / sqrt((double)c->vocab_size); break;
+    }
+    uint64_t key = mix64(seed) ^ hash_name(t->name);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < t->lrows; r++)
+      for (int64_t cc = 0; cc < t->lcols; cc++) {
+        uint64_t g = (uint64_t)(t->row0 + r) * t->cols + (t->col0 + cc);
+        p[r * t->lcols + cc] = (float)(sigma * trunc_normal(key, g));
+      }
+  }
+}

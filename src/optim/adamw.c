@@ -1,0 +1,56 @@
+#include "optim/adamw.h"
+
+#include <math.h>
+
+void gj_adamw_defaults(gj_adamw_hp *hp) {
+  hp->lr = 6e-4, hp->beta1 = 0.9, hp->beta2 = 0.999, hp->eps = 1e-8;
+  hp->weight_decay = 0.1, hp->grad_clip = 1.0;
+}
+
+double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank) {
+  double total = 0;
+  for (int i = 0; i < l->n; i++) {
+    const gj_tensor *t = &l->t[i];
+    if (t->shard == GJ_SHARD_NONE && tp_rank != 0) continue;
+    const float *g = grads + t->offset;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t k = 0; k < t->numel; k++) s += (double)g[k] * g[k];
+    total += s;
+  }
+  return total;
+}
+
+double gj_clip_coef(double norm, double clip) {
+  if (clip <= 0) return 1.0;
+  double c = clip / (norm + 1e-6);
+  return c < 1.0 ? c : 1.0;
+}
+
+void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
+                     float clip_coef) {
+  /* p = p (1 - lr wd); p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps) */
+  const float step = lr / bc1, keep = 1.0f - lr * decay;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * clip_coef;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi, v[i] = vi;
+    p[i] = p[i] * keep - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
+                     const gj_adamw_hp *hp, int64_t t, double lr, double clip_coef) {
+  float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
+  float bc2s = (float)sqrt(1.0 - pow(hp->beta2, (double)t));
+  for (int i = 0; i < l->n; i++) {
+    const gj_tensor *ti = &l->t[i];
+    size_t o = ti->offset;
+    gj_adamw_kernel(p + o, g + o, m + o, v + o, ti->numel, (float)lr, (float)hp->beta1,
+                    (float)hp->beta2, (float)hp->eps, ti->decay ? (float)hp->weight_decay : 0.0f,
+                    bc1, bc2s, (float)clip_coef);
+  }
+}

@@ -1,0 +1,34 @@
+/* AdamW as torch.optim.AdamW with clip_grad_norm_ (../shared/golden/README.md):
+ * global-norm clipping with coef = min(1, clip / (norm + 1e-6)), decoupled weight decay on
+ * 2-D tensors only (applied before the Adam step), bias correction. */
+#ifndef GJ_OPTIM_ADAMW_H
+#define GJ_OPTIM_ADAMW_H
+
+#include <stdint.h>
+
+#include "model/params.h"
+
+typedef struct {
+  double lr;           /* peak learning rate */
+  double beta1, beta2, eps, weight_decay, grad_clip;
+} gj_adamw_hp;
+
+/* GPT-J's training values: betas 0.9/0.999, eps 1e-8, wd 0.1, clip 1.0. */
+void gj_adamw_defaults(gj_adamw_hp *hp);
+
+/* Sum of squares of this rank's gradients, counting tensors that TP replicates only on
+ * tp_rank 0 (so that a sum over the TP group counts each element once). */
+double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank);
+/* The clip factor for a global norm. */
+double gj_clip_coef(double norm, double clip);
+
+/* One AdamW update (step t >= 1, learning rate lr for this step) of every tensor in the
+ * layout; gradients are multiplied by clip_coef first. p, g, m, v are blocks of l->numel. */
+void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
+                     const gj_adamw_hp *hp, int64_t t, double lr, double clip_coef);
+/* The same update on a flat range of n elements with one decay setting (kernel). */
+void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
+                     float clip_coef);
+
+#endif

@@ -1,0 +1,196 @@
+/* golden-run [--tp N] IN.h5 OUT.h5
+ *
+ * Reads a file of the golden layout (../shared/golden/README.md), takes every size from its
+ * attributes, computes forward, gradients, greedy generation and AdamW steps in float32 with
+ * the library, and writes the results under the same dataset paths. Runs as a plain process
+ * or under mpirun with --tp N (N = number of ranks). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "io/h5util.h"
+#include "io/weights.h"
+#include "model/generate.h"
+#include "model/gptj.h"
+#include "optim/adamw.h"
+#include "parallel/grid.h"
+
+static int run(int argc, char **argv, gj_grid *g) {
+  int tp = 1;
+  const char *in = NULL, *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--tp")) {
+      int64_t v;
+      if (i + 1 >= argc || gj_parse_i64(argv[i + 1], &v) || v < 1 || v > 4096)
+        return GJ_FAIL("--tp: expected a positive integer");
+      tp = (int)v, i++;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      return GJ_FAIL("usage: golden-run [--tp N] IN.h5 OUT.h5");
+    } else if (argv[i][0] == '-') {
+      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] IN.h5 OUT.h5)", argv[i]);
+    } else if (!in) {
+      in = argv[i];
+    } else if (!out) {
+      out = argv[i];
+    } else {
+      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] IN.h5 OUT.h5)");
+    }
+  }
+  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] IN.h5 OUT.h5");
+  GJ_TRY(gj_grid_init(g, tp));
+  if (g->dp_size != 1)
+    return GJ_FAIL("golden-run runs one model replica: start it on --tp ranks (got %d ranks, --tp %d)",
+                   g->size, tp);
+  gj_log_set_rank(g->rank);
+
+  hid_t f;
+  GJ_TRY(gj_h5_open_read(in, &f));
+  gj_config c;
+  int64_t B, T;
+  GJ_TRY(gj_h5_attr_i64(f, in, "vocab_size", &c.vocab_size));
+  GJ_TRY(gj_h5_attr_i64(f, in, "n_positions", &c.n_positions));
+  GJ_TRY(gj_h5_attr_i64(f, in, "n_embd", &c.n_embd));
+  GJ_TRY(gj_h5_attr_i64(f, in, "n_layer", &c.n_layer));
+  GJ_TRY(gj_h5_attr_i64(f, in, "n_head", &c.n_head));
+  GJ_TRY(gj_h5_attr_i64(f, in, "rotary_dim", &c.rotary_dim));
+  GJ_TRY(gj_h5_attr_i64(f, in, "n_inner", &c.n_inner));
+  GJ_TRY(gj_h5_attr_f64(f, in, "layer_norm_epsilon", &c.layer_norm_epsilon));
+  GJ_TRY(gj_h5_attr_i64(f, in, "batch_size", &B));
+  GJ_TRY(gj_h5_attr_i64(f, in, "seq_len", &T));
+  if (gj_config_validate(&c)) return gj_err_prefix(in);
+  if (B < 1 || T < 2 || T > c.n_positions)
+    return GJ_FAIL("%s: batch_size %lld / seq_len %lld out of range", in, (long long)B, (long long)T);
+
+  /* Generation needs a forward over n_prompt + n_new - 1 tokens. */
+  int64_t n_prompt = 0, n_gen = 0, dims[4];
+  int nd;
+  int has_gen = H5Lexists(f, "generate", H5P_DEFAULT) > 0;
+  if (has_gen) {
+    GJ_TRY(gj_h5_shape(f, in, "/generate/prompt_ids", &nd, dims));
+    n_prompt = dims[0];
+    GJ_TRY(gj_h5_shape(f, in, "/generate/greedy_ids", &nd, dims));
+    n_gen = dims[0] - n_prompt;
+    if (n_prompt < 1 || n_gen < 0) return GJ_FAIL("%s: bad /generate shapes", in);
+  }
+  int64_t Tcap = GJ_MAX(T, n_prompt + n_gen - 1);
+  if (Tcap > c.n_positions) return GJ_FAIL("%s: generation longer than n_positions", in);
+
+  gj_model m;
+  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap));
+  GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
+  int64_t N = B * T;
+  int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+  GJ_TRY(gj_h5_read_i32(f, in, "/inputs/input_ids", N, ids));
+  for (int64_t i = 0; i < N; i++)
+    if (ids[i] < 0 || ids[i] >= c.vocab_size)
+      return GJ_FAIL("%s: /inputs/input_ids has id %d outside [0, %lld)", in, ids[i],
+                     (long long)c.vocab_size);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) tg[b * T + t] = t + 1 < T ? ids[b * T + t + 1] : -1;
+
+  gj_adamw_hp hp;
+  int64_t steps = 0;
+  int has_adamw = H5Lexists(f, "adamw", H5P_DEFAULT) > 0;
+  if (has_adamw) {
+    hid_t ga = H5Gopen2(f, "adamw", H5P_DEFAULT);
+    GJ_TRY(gj_h5_attr_f64(ga, in, "lr", &hp.lr));
+    GJ_TRY(gj_h5_attr_f64(ga, in, "beta1", &hp.beta1));
+    GJ_TRY(gj_h5_attr_f64(ga, in, "beta2", &hp.beta2));
+    GJ_TRY(gj_h5_attr_f64(ga, in, "eps", &hp.eps));
+    GJ_TRY(gj_h5_attr_f64(ga, in, "weight_decay", &hp.weight_decay));
+    GJ_TRY(gj_h5_attr_f64(ga, in, "grad_clip_norm", &hp.grad_clip));
+    GJ_TRY(gj_h5_attr_i64(ga, in, "steps", &steps));
+    H5Gclose(ga);
+  }
+  int32_t *gen = NULL;
+  if (has_gen) {
+    gen = malloc((n_prompt + n_gen) * sizeof(int32_t));
+    GJ_TRY(gj_h5_read_i32(f, in, "/generate/prompt_ids", n_prompt, gen));
+  }
+  H5Fclose(f);
+
+  hid_t o = -1;
+  if (g->rank == 0) GJ_TRY(gj_h5_create(out, &o));
+
+  /* Forward, hidden states and logits (gathered over the vocab shards). */
+  double loss_sum;
+  int64_t nv;
+  GJ_TRY(gj_model_forward(&m, ids, tg, B, T, 0.0f, &loss_sum, &nv));
+  double loss = loss_sum / nv;
+  gj_info("golden-run: %s: config V %lld D %lld layers %lld heads %lld rotary %lld F %lld, "
+          "batch [%lld, %lld], tp %d", in, (long long)c.vocab_size, (long long)c.n_embd,
+          (long long)c.n_layer, (long long)c.n_head, (long long)c.rotary_dim,
+          (long long)c.n_inner, (long long)B, (long long)T, tp);
+  gj_info("forward: loss %.7f", loss);
+  float *full = g->rank == 0 ? malloc(N * c.vocab_size * sizeof(float)) : NULL;
+  GJ_TRY(gj_tp_gather_cols(g, full, m.a.logits, N, c.vocab_size));
+  if (g->rank == 0) {
+    int64_t ld[3] = {B, T, c.vocab_size}, hd[3] = {B, T, c.n_embd};
+    GJ_TRY(gj_h5_write_f32(o, "/outputs/logits", full, 3, ld));
+    GJ_TRY(gj_h5_write_scalar_f64(o, "/outputs/loss", loss));
+    char path[128];
+    for (int64_t l = 0; l < c.n_layer; l++) {
+      snprintf(path, sizeof path, "/outputs/hidden_after_layer_%lld", (long long)l);
+      GJ_TRY(gj_h5_write_f32(o, path, m.a.resid + (l + 1) * m.Bmax * m.Tmax * c.n_embd, 3, hd));
+    }
+  }
+  free(full);
+
+  gj_model_zero_grads(&m);
+  GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f));
+  GJ_TRY(gj_weights_write_gathered(g, o, "/grads/", &m.lay, m.grads));
+
+  if (has_gen) {
+    GJ_TRY(gj_generate_greedy_recompute(&m, gen, n_prompt, n_gen));
+    if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
+  }
+
+  for (int64_t t = 1; t <= steps; t++) {
+    gj_model_zero_grads(&m);
+    GJ_TRY(gj_model_forward(&m, ids, tg, B, T, 0.0f, &loss_sum, &nv));
+    GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f));
+    double sumsq = gj_grad_sumsq(&m.lay, m.grads, g->tp_rank);
+    GJ_TRY(gj_allreduce_sum_f64(g->tp, &sumsq, 1));
+    double norm = sqrt(sumsq);
+    gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, &hp, t, hp.lr,
+                    gj_clip_coef(norm, hp.grad_clip));
+    gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, loss_sum / nv, norm);
+    if (g->rank == 0) {
+      char path[128];
+      snprintf(path, sizeof path, "/adamw/step_%lld/loss", (long long)t);
+      GJ_TRY(gj_h5_write_scalar_f64(o, path, loss_sum / nv));
+      snprintf(path, sizeof path, "/adamw/step_%lld/grad_norm", (long long)t);
+      GJ_TRY(gj_h5_write_scalar_f64(o, path, norm));
+    }
+  }
+  if (steps > 0) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "/adamw/after_step_%lld/", (long long)steps);
+    GJ_TRY(gj_weights_write_gathered(g, o, prefix, &m.lay, m.params));
+  }
+  if (g->rank == 0 && H5Fclose(o) < 0) return GJ_FAIL("%s: cannot write", out);
+  free(ids), free(tg), free(gen);
+  gj_model_free(&m);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  gj_grid g;
+  memset(&g, 0, sizeof g);
+  int rc = run(argc, argv, &g);
+  /* Every rank reads the same inputs, so failures are collective; report once. */
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rc && rank == 0) fprintf(stderr, "golden-run: error: %s\n", gj_errmsg());
+  if (gj_agree(MPI_COMM_WORLD, rc)) {
+    MPI_Finalize();
+    return 1;
+  }
+  gj_grid_free(&g);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,361 @@
+/* Kernel tests: each float forward against a naive double-precision loop, each backward
+ * against central finite differences of that double forward, on small odd shapes. */
+#include <check.h>
+#include <omp.h>
+
+#include "model/attention.h"
+#include "model/crossentropy.h"
+#include "model/embedding.h"
+#include "model/gelu.h"
+#include "model/layernorm.h"
+#include "model/linear.h"
+#include "model/rotary.h"
+#include "testutil.h"
+
+#define FWD_TOL 1e-5 /* float32 forward vs double */
+#define BWD_TOL 1e-4 /* float32 backward vs double finite differences */
+
+/* ---- LayerNorm ---- */
+typedef struct { int64_t N, D; double eps; const double *r; } ln_ctx;
+static void ln_ref(double *y, const double *x, const double *w, const double *b, int64_t N,
+                   int64_t D, double eps) {
+  for (int64_t i = 0; i < N; i++) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < D; j++) m += x[i * D + j];
+    m /= D;
+    for (int64_t j = 0; j < D; j++) v += (x[i * D + j] - m) * (x[i * D + j] - m);
+    v /= D;
+    for (int64_t j = 0; j < D; j++) y[i * D + j] = (x[i * D + j] - m) / sqrt(v + eps) * w[j] + b[j];
+  }
+}
+static double ln_loss(void *vc, double *th) { /* th = [x | w | b] */
+  ln_ctx *c = vc;
+  double *y = tu_dalloc(c->N * c->D), s = 0;
+  ln_ref(y, th, th + c->N * c->D, th + c->N * c->D + c->D, c->N, c->D, c->eps);
+  for (int64_t i = 0; i < c->N * c->D; i++) s += y[i] * c->r[i];
+  free(y);
+  return s;
+}
+
+START_TEST(test_layernorm) {
+  const int64_t N = 7, D = 13;
+  size_t nt = N * D + 2 * D;
+  float *th = tu_falloc(nt), *y = tu_falloc(N * D), *mean = tu_falloc(N), *rstd = tu_falloc(N);
+  float *r = tu_falloc(N * D), *g = tu_falloc(nt);
+  double *thd = tu_dalloc(nt), *yd = tu_dalloc(N * D), *rd = tu_dalloc(N * D), *gd = tu_dalloc(nt);
+  tu_fill(th, thd, nt, 1.5);
+  for (int64_t j = 0; j < D; j++) th[N * D + j] += 1.0f, thd[N * D + j] += 1.0; /* w near 1 */
+  tu_fill(r, rd, N * D, 1.0);
+  gj_layernorm_forward(y, mean, rstd, th, th + N * D, th + N * D + D, N, D, 1e-5f);
+  ln_ref(yd, thd, thd + N * D, thd + N * D + D, N, D, 1e-5);
+  ck_assert_double_le(tu_rel(y, yd, N * D), FWD_TOL);
+  gj_layernorm_backward(g, g + N * D, g + N * D + D, r, th, mean, rstd, th + N * D, N, D);
+  ln_ctx c = {N, D, 1e-5, rd};
+  tu_fd(ln_loss, &c, thd, nt, gd);
+  ck_assert_double_le(tu_rel(g, gd, N * D), BWD_TOL);
+  ck_assert_double_le(tu_rel(g + N * D, gd + N * D, D), BWD_TOL);
+  ck_assert_double_le(tu_rel(g + N * D + D, gd + N * D + D, D), BWD_TOL);
+  free(th), free(y), free(mean), free(rstd), free(r), free(g), free(thd), free(yd), free(rd), free(gd);
+}
+END_TEST
+
+/* ---- Linear ---- */
+typedef struct { int64_t N, I, O; const double *r; } lin_ctx;
+static double lin_loss(void *vc, double *th) { /* th = [x | W | b] */
+  lin_ctx *c = vc;
+  const double *x = th, *W = th + c->N * c->I, *b = W + c->O * c->I;
+  double s = 0;
+  for (int64_t i = 0; i < c->N; i++)
+    for (int64_t o = 0; o < c->O; o++) {
+      double y = b[o];
+      for (int64_t k = 0; k < c->I; k++) y += x[i * c->I + k] * W[o * c->I + k];
+      s += y * c->r[i * c->O + o];
+    }
+  return s;
+}
+
+START_TEST(test_linear) {
+  const int64_t N = 9, I = 11, O = 5;
+  size_t nt = N * I + O * I + O;
+  float *th = tu_falloc(nt), *y = tu_falloc(N * O), *r = tu_falloc(N * O), *g = tu_falloc(nt);
+  float *ones = tu_falloc(N);
+  double *thd = tu_dalloc(nt), *yd = tu_dalloc(N * O), *rd = tu_dalloc(N * O), *gd = tu_dalloc(nt);
+  for (int64_t i = 0; i < N; i++) ones[i] = 1;
+  tu_fill(th, thd, nt, 1.0);
+  tu_fill(r, rd, N * O, 1.0);
+  const float *x = th, *W = th + N * I, *b = W + O * I;
+  gj_linear_forward(y, x, W, b, N, I, O, 0);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t o = 0; o < O; o++) {
+      double s = thd[N * I + O * I + o];
+      for (int64_t k = 0; k < I; k++) s += thd[i * I + k] * thd[N * I + o * I + k];
+      yd[i * O + o] = s;
+    }
+  ck_assert_double_le(tu_rel(y, yd, N * O), FWD_TOL);
+  /* accumulate = 1 adds to what is there */
+  gj_linear_forward(y, x, W, NULL, N, I, O, 1);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t o = 0; o < O; o++) yd[i * O + o] = 2 * yd[i * O + o] - thd[N * I + O * I + o];
+  ck_assert_double_le(tu_rel(y, yd, N * O), FWD_TOL);
+  gj_linear_backward(g, g + N * I, g + N * I + O * I, r, x, W, ones, N, I, O, 0);
+  lin_ctx c = {N, I, O, rd};
+  tu_fd(lin_loss, &c, thd, nt, gd);
+  ck_assert_double_le(tu_rel(g, gd, N * I), BWD_TOL);
+  ck_assert_double_le(tu_rel(g + N * I, gd + N * I, O * I), BWD_TOL);
+  ck_assert_double_le(tu_rel(g + N * I + O * I, gd + N * I + O * I, O), BWD_TOL);
+  free(th), free(y), free(r), free(g), free(ones), free(thd), free(yd), free(rd), free(gd);
+}
+END_TEST
+
+/* ---- gelu_new ---- */
+static double gelu_d(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+typedef struct { size_t n; const double *r; } ew_ctx;
+static double gelu_loss(void *vc, double *x) {
+  ew_ctx *c = vc;
+  double s = 0;
+  for (size_t i = 0; i < c->n; i++) s += gelu_d(x[i]) * c->r[i];
+  return s;
+}
+
+START_TEST(test_gelu) {
+  const size_t n = 101;
+  float *x = tu_falloc(n), *y = tu_falloc(n), *r = tu_falloc(n), *g = tu_falloc(n);
+  double *xd = tu_dalloc(n), *yd = tu_dalloc(n), *rd = tu_dalloc(n), *gd = tu_dalloc(n);
+  tu_fill(x, xd, n, 4.0);
+  tu_fill(r, rd, n, 1.0);
+  gj_gelu_forward(y, x, n);
+  for (size_t i = 0; i < n; i++) yd[i] = gelu_d(xd[i]);
+  ck_assert_double_le(tu_rel(y, yd, n), FWD_TOL);
+  gj_gelu_backward(g, r, x, n);
+  ew_ctx c = {n, rd};
+  tu_fd(gelu_loss, &c, xd, n, gd);
+  ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
+  free(x), free(y), free(r), free(g), free(xd), free(yd), free(rd), free(gd);
+}
+END_TEST
+
+/* ---- rotary ---- */
+typedef struct { int64_t B, T, Hl, Hd, R, pos0; const double *r; } rot_ctx;
+static void rot_ref(double *y, const double *x, const rot_ctx *c) {
+  int64_t ld = c->Hl * c->Hd;
+  memcpy(y, x, c->B * c->T * ld * sizeof(double));
+  for (int64_t row = 0; row < c->B * c->T; row++)
+    for (int64_t h = 0; h < c->Hl; h++)
+      for (int64_t i = 0; i < c->R / 2; i++) {
+        double th = (c->pos0 + row % c->T) * pow(10000.0, -2.0 * i / c->R);
+        const double *v = x + row * ld + h * c->Hd;
+        double *o = y + row * ld + h * c->Hd;
+        o[2 * i] = v[2 * i] * cos(th) - v[2 * i + 1] * sin(th);
+        o[2 * i + 1] = v[2 * i + 1] * cos(th) + v[2 * i] * sin(th);
+      }
+}
+static double rot_loss(void *vc, double *x) {
+  rot_ctx *c = vc;
+  size_t n = c->B * c->T * c->Hl * c->Hd;
+  double *y = tu_dalloc(n), s = 0;
+  rot_ref(y, x, c);
+  for (size_t i = 0; i < n; i++) s += y[i] * c->r[i];
+  free(y);
+  return s;
+}
+
+START_TEST(test_rotary) {
+  rot_ctx c = {2, 9, 3, 10, 6, 5, NULL}; /* partial rotary: 6 of 10 dims, start at position 5 */
+  const int64_t P = 64;
+  size_t n = c.B * c.T * c.Hl * c.Hd;
+  float *x = tu_falloc(n), *r = tu_falloc(n), *cs = tu_falloc(P * c.R / 2), *sn = tu_falloc(P * c.R / 2);
+  double *xd = tu_dalloc(n), *yd = tu_dalloc(n), *rd = tu_dalloc(n), *gd = tu_dalloc(n);
+  tu_fill(x, xd, n, 1.0);
+  tu_fill(r, rd, n, 1.0);
+  c.r = rd;
+  gj_rotary_table(cs, sn, P, c.R);
+  gj_rotary_forward(x, cs, sn, c.B, c.T, c.Hl, c.Hd, c.R, c.pos0, c.Hl * c.Hd);
+  rot_ref(yd, xd, &c);
+  ck_assert_double_le(tu_rel(x, yd, n), FWD_TOL);
+  gj_rotary_backward(r, cs, sn, c.B, c.T, c.Hl, c.Hd, c.R, c.pos0, c.Hl * c.Hd);
+  tu_fd(rot_loss, &c, xd, n, gd);
+  ck_assert_double_le(tu_rel(r, gd, n), BWD_TOL);
+  free(x), free(r), free(cs), free(sn), free(xd), free(yd), free(rd), free(gd);
+}
+END_TEST
+
+/* ---- attention ---- */
+typedef struct { int64_t B, T, Hl, Hd; const double *r; } att_ctx;
+static void att_ref(double *out, double *lse, const double *q, const double *k, const double *v,
+                    const att_ctx *c) {
+  int64_t ld = c->Hl * c->Hd, T = c->T;
+  double *s = tu_dalloc(T);
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t h = 0; h < c->Hl; h++)
+      for (int64_t i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double d = 0;
+          for (int64_t e = 0; e < c->Hd; e++)
+            d += q[(b * T + i) * ld + h * c->Hd + e] * k[(b * T + j) * ld + h * c->Hd + e];
+          s[j] = d / sqrt((double)c->Hd);
+          mx = s[j] > mx ? s[j] : mx;
+        }
+        for (int64_t j = 0; j <= i; j++) sum += exp(s[j] - mx);
+        if (lse) lse[(b * c->Hl + h) * T + i] = mx + log(sum);
+        for (int64_t e = 0; e < c->Hd; e++) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; j++) o += exp(s[j] - mx) / sum * v[(b * T + j) * ld + h * c->Hd + e];
+          out[(b * T + i) * ld + h * c->Hd + e] = o;
+        }
+      }
+  free(s);
+}
+static double att_loss(void *vc, double *th) {
+  att_ctx *c = vc;
+  size_t n = c->B * c->T * c->Hl * c->Hd;
+  double *o = tu_dalloc(n), s = 0;
+  att_ref(o, NULL, th, th + n, th + 2 * n, c);
+  for (size_t i = 0; i < n; i++) s += o[i] * c->r[i];
+  free(o);
+  return s;
+}
+
+static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd) {
+  att_ctx c = {B, T, Hl, Hd, NULL};
+  size_t n = B * T * Hl * Hd, ld = Hl * Hd;
+  float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
+  float *r = tu_falloc(n), *g = tu_falloc(3 * n);
+  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T));
+  double *thd = tu_dalloc(3 * n), *od = tu_dalloc(n), *lsed = tu_dalloc(B * Hl * T);
+  double *rd = tu_dalloc(n), *gd = tu_dalloc(3 * n);
+  tu_fill(th, thd, 3 * n, 2.0);
+  tu_fill(r, rd, n, 1.0);
+  c.r = rd;
+  gj_attention_forward(o, lse, th, th + n, th + 2 * n, scratch, B, T, T, Hl, Hd, ld, ld, T * ld,
+                       ld, T * ld);
+  att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
+  ck_assert_double_le(tu_rel(o, od, n), FWD_TOL);
+  ck_assert_double_le(tu_rel(lse, lsed, B * Hl * T), FWD_TOL);
+  /* Queries for the last Tq positions against all Tk keys (the KV-cache case) equal the last
+   * rows of the full computation. */
+  int64_t Tq = T / 3 + 1;
+  float *oq = tu_falloc(B * Tq * ld);
+  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, scratch, B, Tq, T, Hl,
+                       Hd, ld, ld, T * ld, ld, T * ld);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < Tq; t++)
+      for (size_t e = 0; e < ld; e++)
+        ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], 1e-5);
+  if (fd) {
+    gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, scratch, B, T,
+                          Hl, Hd, ld);
+    tu_fd(att_loss, &c, thd, 3 * n, gd);
+    ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
+    ck_assert_double_le(tu_rel(g + n, gd + n, n), BWD_TOL);
+    ck_assert_double_le(tu_rel(g + 2 * n, gd + 2 * n, n), BWD_TOL);
+  }
+  free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
+  free(rd), free(gd), free(oq);
+}
+
+START_TEST(test_attention_small) { check_attention(2, 13, 3, 6, 1); }
+END_TEST
+START_TEST(test_attention_blocks) { check_attention(1, 2 * GJ_ATTN_QBLOCK + 3, 2, 4, 1); }
+END_TEST
+START_TEST(test_attention_forward_long) { check_attention(2, 3 * GJ_ATTN_QBLOCK + 17, 3, 8, 0); }
+END_TEST
+
+/* ---- embedding ---- */
+START_TEST(test_embedding) {
+  const int64_t V = 17, D = 5, N = 11, v0 = 6, Vl = 7; /* this shard holds rows 6..12 */
+  int32_t ids[11] = {0, 6, 12, 13, 7, 7, 16, 9, 6, 12, 3};
+  float *wte = tu_falloc(Vl * D), *out = tu_falloc(N * D), *dout = tu_falloc(N * D);
+  float *dw = tu_falloc(Vl * D);
+  tu_fill(wte, NULL, Vl * D, 1.0);
+  tu_fill(dout, NULL, N * D, 1.0);
+  gj_embedding_forward(out, ids, wte, N, D, v0, Vl);
+  double *ref = tu_dalloc(Vl * D);
+  for (int64_t i = 0; i < N; i++) {
+    int in = ids[i] >= v0 && ids[i] < v0 + Vl;
+    for (int64_t j = 0; j < D; j++) {
+      ck_assert_float_eq(out[i * D + j], in ? wte[(ids[i] - v0) * D + j] : 0.0f);
+      if (in) ref[(ids[i] - v0) * D + j] += dout[i * D + j];
+    }
+  }
+  gj_embedding_backward(dw, dout, ids, N, D, v0, Vl);
+  ck_assert_double_le(tu_rel(dw, ref, Vl * D), 1e-6);
+  (void)V;
+  free(wte), free(out), free(dout), free(dw), free(ref);
+}
+END_TEST
+
+/* ---- cross-entropy over two vocab shards ---- */
+typedef struct { int64_t N, V; const int32_t *tg; double z; } ce_ctx;
+static double ce_loss_d(void *vc, double *l) {
+  ce_ctx *c = vc;
+  double s = 0;
+  for (int64_t i = 0; i < c->N; i++) {
+    if (c->tg[i] < 0) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < c->V; j++) mx = l[i * c->V + j] > mx ? l[i * c->V + j] : mx;
+    for (int64_t j = 0; j < c->V; j++) sum += exp(l[i * c->V + j] - mx);
+    double lz = mx + log(sum);
+    s += lz - l[i * c->V + c->tg[i]] + c->z * lz * lz;
+  }
+  return s;
+}
+
+static void check_ce(double zloss) {
+  const int64_t N = 6, V = 22, Vl = V / 2;
+  int32_t tg[6] = {3, 21, -1, 11, 10, 0};
+  float *shard[2], *mx[2], *st[2], lse[6];
+  double *ld = tu_dalloc(N * V), *gd = tu_dalloc(N * V);
+  float *full = tu_falloc(N * V);
+  tu_fill(full, ld, N * V, 5.0);
+  for (int s = 0; s < 2; s++) {
+    shard[s] = tu_falloc(N * Vl), mx[s] = tu_falloc(N), st[s] = tu_falloc(2 * N);
+    for (int64_t i = 0; i < N; i++) memcpy(shard[s] + i * Vl, full + i * V + s * Vl, Vl * sizeof(float));
+    gj_ce_rowmax(mx[s], shard[s], N, Vl);
+  }
+  for (int64_t i = 0; i < N; i++) mx[0][i] = mx[1][i] = fmaxf(mx[0][i], mx[1][i]); /* all-reduce max */
+  for (int s = 0; s < 2; s++) gj_ce_stats(st[s], shard[s], mx[s], tg, N, Vl, s * Vl);
+  for (int64_t i = 0; i < 2 * N; i++) st[0][i] = st[1][i] = st[0][i] + st[1][i]; /* all-reduce sum */
+  int64_t nv;
+  double loss = gj_ce_loss(lse, mx[0], st[0], tg, N, (float)zloss, &nv);
+  ce_ctx c = {N, V, tg, zloss};
+  double ref = ce_loss_d(&c, ld);
+  ck_assert_int_eq(nv, 5);
+  ck_assert_double_le(fabs(loss - ref) / fabs(ref), FWD_TOL);
+  float *g = tu_falloc(N * V);
+  for (int s = 0; s < 2; s++) {
+    gj_ce_backward(shard[s], lse, tg, N, Vl, s * Vl, 1.0f, (float)zloss);
+    for (int64_t i = 0; i < N; i++) memcpy(g + i * V + s * Vl, shard[s] + i * Vl, Vl * sizeof(float));
+  }
+  tu_fd(ce_loss_d, &c, ld, N * V, gd);
+  ck_assert_double_le(tu_rel(g, gd, N * V), BWD_TOL);
+  for (int s = 0; s < 2; s++) free(shard[s]), free(mx[s]), free(st[s]);
+  free(ld), free(gd), free(full), free(g);
+}
+
+START_TEST(test_crossentropy) { check_ce(0.0); }
+END_TEST
+START_TEST(test_crossentropy_zloss) { check_ce(1e-2); }
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("kernels");
+  TCase *tc = tcase_create("kernels");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_linear);
+  tcase_add_test(tc, test_gelu);
+  tcase_add_test(tc, test_rotary);
+  tcase_add_test(tc, test_attention_small);
+  tcase_add_test(tc, test_attention_blocks);
+  tcase_add_test(tc, test_attention_forward_long);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_crossentropy);
+  tcase_add_test(tc, test_crossentropy_zloss);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

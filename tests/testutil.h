@@ -1,0 +1,50 @@
+/* Helpers shared by the Check suites: deterministic random data, relative errors, finite
+ * differences in double precision, and locating the source and build trees. */
+#ifndef GJ_TESTUTIL_H
+#define GJ_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t tu_state = 88172645463325252ULL;
+static inline double tu_rand(void) { /* uniform in [-1, 1) */
+  tu_state ^= tu_state << 13, tu_state ^= tu_state >> 7, tu_state ^= tu_state << 17;
+  return (double)(tu_state >> 11) / 4503599627370496.0 - 1.0;
+}
+static inline void tu_fill(float *f, double *d, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++) {
+    float v = (float)(scale * tu_rand());
+    if (f) f[i] = v;
+    if (d) d[i] = v;
+  }
+}
+/* ||a - b|| / ||b|| with a float, b double. */
+static inline double tu_rel(const float *a, const double *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+/* Central differences of f at x (modified in place and restored). */
+typedef double (*tu_fn)(void *ctx, double *x);
+static inline void tu_fd(tu_fn f, void *ctx, double *x, size_t n, double *grad) {
+  for (size_t i = 0; i < n; i++) {
+    double x0 = x[i], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1);
+    x[i] = x0 + h;
+    double fp = f(ctx, x);
+    x[i] = x0 - h;
+    double fm = f(ctx, x);
+    x[i] = x0;
+    grad[i] = (fp - fm) / (2 * h);
+  }
+}
+static inline double *tu_dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static inline float *tu_falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static inline const char *tu_env(const char *name, const char *def) {
+  const char *v = getenv(name);
+  return v && *v ? v : def;
+}
+#endif
