@@ -1,0 +1,92 @@
+/* gptj encode / gptj decode: text <-> GPT-2 token ids on stdin/stdout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "common.h"
+#include "io/tokenizer.h"
+
+static int read_stream(FILE *f, const char *what, gj_bytes *b) {
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) GJ_TRY(gj_bytes_append(b, buf, n));
+  if (ferror(f)) return GJ_FAIL("%s: read error", what);
+  if (!b->v) GJ_TRY(gj_bytes_append(b, "", 0));
+  return 0;
+}
+
+int gj_cmd_encode(int argc, char **argv) {
+  const char *dir = gj_tokenizer_default_dir();
+  int stats = 0;
+  gj_opt opts[] = {{"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+                   {"stats", GJ_OPT_FLAG, &stats, "print bytes, tokens and encode speed (MB/s, one thread) to stderr", 1, 0},
+                   {NULL}};
+  gj_cmdline cl = {"gptj encode [--vocab-dir DIR] [--stats] < text",
+                   "Reads UTF-8 text (any bytes) on stdin and prints its GPT-2 token ids, "
+                   "space-separated, on one line.\n<|endoftext|> in the text is ordinary text.",
+                   opts, NULL, NULL, NULL, 0};
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  gj_tokenizer *t;
+  GJ_TRY(gj_tokenizer_load(&t, dir));
+  gj_bytes in = {0};
+  gj_ids ids = {0};
+  rc = read_stream(stdin, "stdin", &in);
+  double t0 = gj_now();
+  if (!rc) rc = gj_tokenizer_encode(t, in.v, in.n, &ids);
+  double dt = gj_now() - t0;
+  if (!rc && stats)
+    fprintf(stderr, "encode: %zu bytes -> %zu tokens in %.3f s: %.1f MB/s, %.3f bytes/token\n", in.n,
+            ids.n, dt, in.n / 1e6 / (dt > 0 ? dt : 1e-9), ids.n ? (double)in.n / ids.n : 0.0);
+  if (!rc) {
+    for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.v[i]);
+    printf("\n");
+    if (fflush(stdout)) rc = GJ_FAIL("stdout: write error");
+  }
+  free(in.v), free(ids.v);
+  gj_tokenizer_free(t);
+  return rc;
+}
+
+int gj_cmd_decode(int argc, char **argv) {
+  const char *dir = gj_tokenizer_default_dir();
+  gj_opt opts[] = {{"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+                   {NULL}};
+  gj_cmdline cl = {"gptj decode [--vocab-dir DIR] < ids",
+                   "Reads whitespace-separated GPT-2 token ids on stdin and writes their bytes "
+                   "to stdout.", opts, NULL, NULL, NULL, 0};
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  gj_tokenizer *t;
+  GJ_TRY(gj_tokenizer_load(&t, dir));
+  gj_bytes in = {0}, out = {0};
+  gj_ids ids = {0};
+  rc = read_stream(stdin, "stdin", &in);
+  char *p = in.v;
+  size_t k = 0;
+  while (!rc && *p) {
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    if (!*p) break;
+    char *end;
+    long v = strtol(p, &end, 10);
+    k++;
+    if (end == p || (*end && !strchr(" \n\t\r", *end)))
+      rc = GJ_FAIL("stdin: token %zu is not an integer", k);
+    else if (v < 0 || v >= gj_tokenizer_vocab_size(t))
+      rc = GJ_FAIL("stdin: token %zu: id %ld is outside the vocabulary [0, %d)", k, v,
+                   gj_tokenizer_vocab_size(t));
+    else
+      rc = gj_ids_push(&ids, (int32_t)v);
+    p = end;
+  }
+  if (!rc) rc = gj_tokenizer_decode(t, ids.v, ids.n, &out);
+  if (!rc && (fwrite(out.v, 1, out.n, stdout) != out.n || fflush(stdout)))
+    rc = GJ_FAIL("stdout: write error");
+  free(in.v), free(out.v), free(ids.v);
+  gj_tokenizer_free(t);
+  return rc;
+}
