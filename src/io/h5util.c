@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -52,6 +53,27 @@ int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out)
 
 int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out) {
   return read_attr(obj, fname, name, H5T_NATIVE_DOUBLE, out);
+}
+
+int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n) {
+  if (H5Aexists(obj, name) <= 0) return GJ_FAIL("%s: missing attribute '%s'", fname, name);
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t ft = H5Aget_type(a);
+  int rc = 0;
+  if (H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0) {
+    rc = GJ_FAIL("%s: attribute '%s' is not a fixed-length string", fname, name);
+  } else {
+    size_t sz = H5Tget_size(ft);
+    char *buf = calloc(sz + 1, 1);
+    hid_t mt = H5Tcopy(ft);
+    if (!buf || H5Aread(a, mt, buf) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s'", fname, name);
+    else snprintf(out, n, "%s", buf);
+    H5Tclose(mt);
+    free(buf);
+  }
+  H5Tclose(ft);
+  H5Aclose(a);
+  return rc;
 }
 
 static int write_attr(hid_t obj, const char *name, hid_t filet, hid_t memt, const void *v) {

@@ -14,6 +14,7 @@ int gj_h5_create(const char *path, hid_t *file); /* truncates */
 
 int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out);
 int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out);
+int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n);
 int gj_h5_write_attr_i64(hid_t obj, const char *name, int64_t v);
 int gj_h5_write_attr_f64(hid_t obj, const char *name, double v);
 int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s);

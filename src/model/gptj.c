@@ -167,6 +167,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   memset(a->dx, 0, N * D * sizeof(float));
   gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                         a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D);
+  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * c->n_layer].offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
     const gj_block_ptrs *p = &m->P.h[l];
@@ -193,7 +194,9 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D));
     gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, a->ln_mean + l * NC,
                           a->ln_rstd + l * NC, p->ln1_w, N, D);
+    if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));
   }
   gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl);
+  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, 0));
   return 0;
 }

@@ -50,6 +50,10 @@ typedef struct {
   size_t act_bytes, arena_bytes;
   gj_acts a;
   int nthreads;
+  /* Called during backward each time the gradients from float offset `lo` to the end of the
+   * gradient block are final (lo decreases to 0), so that their DP reduction can start. */
+  int (*grad_ready)(void *ctx, size_t lo);
+  void *grad_ready_ctx;
 } gj_model;
 
 /* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them. */

@@ -1,0 +1,162 @@
+/* gptj tokenize: text / JSONL (optionally gzip) -> token dataset(s) in HDF5.
+ * Under mpirun the documents are split in contiguous blocks over the ranks, tokenized in
+ * parallel and gathered in order onto rank 0, which writes the file: the output is
+ * byte-identical whatever the number of ranks. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "common.h"
+#include "io/dataset.h"
+#include "io/docs.h"
+#include "io/tokenizer.h"
+#include "parallel/grid.h"
+
+#define MAX_INPUTS 256
+
+/* Tokenize the documents idx[lo..hi) and gather (tokens, per-document lengths) onto rank 0. */
+static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *idx, size_t nidx,
+                        const char *out, const char *source, int rank, int size, size_t total_bytes) {
+  size_t lo = nidx * rank / size, hi = nidx * (rank + 1) / size;
+  gj_ids ids = {0};
+  uint64_t *lens = malloc((hi - lo + 1) * sizeof(uint64_t));
+  if (!lens) return GJ_FAIL("out of memory");
+  int rc = 0;
+  double t0 = gj_now(), last = t0;
+  size_t done = 0, mine = 0;
+  for (size_t i = lo; i < hi; i++) mine += docs->off[idx[i] + 1] - docs->off[idx[i]];
+  for (size_t i = lo; i < hi && !rc; i++) {
+    size_t before = ids.n, nb = docs->off[idx[i] + 1] - docs->off[idx[i]];
+    rc = gj_tokenizer_encode(t, docs->pool + docs->off[idx[i]], nb, &ids);
+    if (!rc) rc = gj_ids_push(&ids, GJ_EOT_ID);
+    lens[i - lo] = ids.n - before;
+    done += nb;
+    double now = gj_now();
+    if (rank == 0 && now - last > 2.0 && mine > 0) {
+      double rate = done / (now - t0), frac = (double)done / mine;
+      fprintf(stderr, "tokenize %s: %.1f / %.1f MB (%.0f%%), %.1f MB/s per rank, ETA %.0f s\n", out,
+              frac * total_bytes / 1e6, total_bytes / 1e6, 100 * frac, rate / 1e6,
+              (mine - done) / (rate > 0 ? rate : 1));
+      last = now;
+    }
+  }
+  if (gj_agree(MPI_COMM_WORLD, rc)) {
+    free(ids.v), free(lens);
+    return rc ? rc : GJ_FAIL("tokenize failed on another rank");
+  }
+  /* Gather in rank order: sizes first, then the data in pieces below INT_MAX. */
+  uint64_t mine_n[2] = {ids.n, hi - lo}, *all = NULL;
+  if (rank == 0) all = malloc(2 * size * sizeof(uint64_t));
+  MPI_Gather(mine_n, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  uint16_t *tok = NULL;
+  uint64_t *offs = NULL, ntok = 0;
+  if (rank == 0) {
+    for (int r = 0; r < size; r++) ntok += all[2 * r];
+    tok = malloc((ntok ? ntok : 1) * sizeof(uint16_t));
+    offs = malloc((nidx + 1) * sizeof(uint64_t));
+    if (!tok || !offs) rc = GJ_FAIL("out of memory gathering %llu tokens", (unsigned long long)ntok);
+  }
+  const size_t CH = (size_t)1 << 26;
+  if (rank == 0) {
+    uint64_t tpos = 0, dpos = 0;
+    offs[0] = 0;
+    for (int r = 0; r < size; r++) {
+      int32_t *src = ids.v;
+      uint64_t *ls = lens, nt = all[2 * r], ndoc = all[2 * r + 1];
+      int32_t *rbuf = NULL;
+      uint64_t *rl = NULL;
+      if (r > 0) {
+        rbuf = malloc((nt ? nt : 1) * sizeof(int32_t)), rl = malloc((ndoc ? ndoc : 1) * sizeof(uint64_t));
+        for (size_t o = 0; o < nt; o += CH)
+          MPI_Recv(rbuf + o, (int)GJ_MIN(CH, nt - o), MPI_INT32_T, r, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (size_t o = 0; o < ndoc; o += CH)
+          MPI_Recv(rl + o, (int)GJ_MIN(CH, ndoc - o), MPI_UINT64_T, r, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        src = rbuf, ls = rl;
+      }
+      for (uint64_t k = 0; k < nt; k++) tok[tpos + k] = (uint16_t)src[k];
+      for (uint64_t k = 0; k < ndoc; k++) offs[dpos + k + 1] = offs[dpos + k] + ls[k];
+      tpos += nt, dpos += ndoc;
+      free(rbuf), free(rl);
+    }
+  } else {
+    for (size_t o = 0; o < ids.n; o += CH)
+      MPI_Send(ids.v + o, (int)GJ_MIN(CH, ids.n - o), MPI_INT32_T, 0, 1, MPI_COMM_WORLD);
+    for (size_t o = 0; o < hi - lo; o += CH)
+      MPI_Send(lens + o, (int)GJ_MIN(CH, hi - lo - o), MPI_UINT64_T, 0, 2, MPI_COMM_WORLD);
+  }
+  if (rank == 0 && !rc) {
+    uint64_t nbytes = 0;
+    for (size_t i = 0; i < nidx; i++) nbytes += docs->off[idx[i] + 1] - docs->off[idx[i]];
+    rc = gj_dataset_write(out, tok, ntok, offs, nidx, nbytes, source);
+    if (!rc)
+      gj_info("%s: %zu documents, %llu tokens, %llu bytes (%.3f bytes/token)", out, nidx,
+              (unsigned long long)ntok, (unsigned long long)nbytes, ntok ? (double)nbytes / ntok : 0.0);
+  }
+  free(tok), free(offs), free(all), free(ids.v), free(lens);
+  int bad = gj_agree(MPI_COMM_WORLD, rc);
+  return rc ? rc : (bad ? -1 : 0);
+}
+
+int gj_cmd_tokenize(int argc, char **argv) {
+  const char *out = NULL, *valid_out = NULL, *dir = gj_tokenizer_default_dir();
+  double frac = 0;
+  gj_opt opts[] = {
+      {"out", GJ_OPT_STR, &out, "output dataset (HDF5), required", 1, 0},
+      {"valid-out", GJ_OPT_STR, &valid_out, "second output holding the validation documents", 1, 0},
+      {"valid-fraction", GJ_OPT_F64, &frac, "fraction of documents for --valid-out (every 1/f-th)", 0, 0.5},
+      {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {NULL}};
+  gj_cmdline cl = {
+      "gptj tokenize [options] --out FILE.h5 INPUT...",
+      "Tokenizes documents with GPT-2 BPE into a token dataset: plain text (documents separated\n"
+      "by blank lines) or JSONL with a \"text\" field (names ending in .jsonl/.json), either\n"
+      "possibly gzip-compressed. Every document is followed by <|endoftext|> (50256).\n"
+      "Runs under mpirun: the output is the same whatever the number of ranks.",
+      opts, NULL, NULL, NULL, MAX_INPUTS};
+  char *inputs[MAX_INPUTS];
+  int nin, rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rc = gj_args_parse(&cl, argc, argv, inputs, &nin);
+  if (rc > 0) return 0;
+  if (!rc && !out) rc = GJ_FAIL("--out: required");
+  if (!rc && nin == 0) rc = GJ_FAIL("no input files (see --help)");
+  if (!rc && (frac > 0) != (valid_out != NULL))
+    rc = GJ_FAIL("--valid-fraction and --valid-out go together");
+  gj_tokenizer *t = NULL;
+  if (!rc) rc = gj_tokenizer_load(&t, dir);
+  gj_docs docs = {0};
+  for (int i = 0; i < nin && !rc; i++) rc = gj_docs_read(&docs, inputs[i]);
+  if (!rc && docs.ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
+  if (gj_agree(MPI_COMM_WORLD, rc)) {
+    gj_tokenizer_free(t);
+    gj_docs_free(&docs);
+    return -1;
+  }
+  char source[2048] = "";
+  for (int i = 0; i < nin; i++) {
+    const char *b = strrchr(inputs[i], '/');
+    size_t l = strlen(source);
+    snprintf(source + l, sizeof source - l, "%s%s", i ? "," : "", b ? b + 1 : inputs[i]);
+  }
+  uint64_t *tr = malloc(docs.ndocs * sizeof(uint64_t)), *va = malloc(docs.ndocs * sizeof(uint64_t));
+  size_t ntr = 0, nva = 0;
+  for (size_t i = 0; i < docs.ndocs; i++) {
+    /* every 1/f-th document: exactly round(n f) of them, spread evenly */
+    int is_valid = frac > 0 && (uint64_t)((i + 1) * frac) > (uint64_t)(i * frac);
+    if (is_valid) va[nva++] = i;
+    else tr[ntr++] = i;
+  }
+  if (frac > 0 && (nva == 0 || ntr == 0))
+    rc = GJ_FAIL("--valid-fraction %g leaves an empty split of %zu documents", frac, docs.ndocs);
+  size_t total = 0;
+  for (size_t i = 0; i < docs.ndocs; i++) total += docs.off[i + 1] - docs.off[i];
+  if (!rc) rc = tokenize_set(t, &docs, tr, ntr, out, source, rank, size, total);
+  if (!rc && nva) rc = tokenize_set(t, &docs, va, nva, valid_out, source, rank, size, total);
+  free(tr), free(va);
+  gj_tokenizer_free(t);
+  gj_docs_free(&docs);
+  return rc;
+}

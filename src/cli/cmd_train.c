@@ -1,0 +1,357 @@
+/* gptj train: the training loop. Data parallel over DP, tensor parallel over TP, gradient
+ * accumulation, AdamW with GPT-J's schedule, validation, checkpoints and resume, signals. */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/evaluate.h"
+#include "cli/modelopts.h"
+#include "common.h"
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "model/flops.h"
+#include "model/gptj.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "parallel/dp.h"
+#include "parallel/grid.h"
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+typedef struct {
+  const char *data, *valid_data, *run_dir, *resume;
+  int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
+  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan;
+  double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time;
+} train_opts;
+
+static gj_opt *train_table(train_opts *o) {
+  static gj_opt t[64];
+  gj_opt src[] = {
+      {"data", GJ_OPT_STR, &o->data, "training token dataset (from gptj tokenize), required", 1, 0},
+      {"valid-data", GJ_OPT_STR, &o->valid_data, "validation token dataset", 1, 0},
+      {"run-dir", GJ_OPT_STR, &o->run_dir, "directory for config, metrics.jsonl and checkpoints", 1, 0},
+      {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
+      {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
+      {"micro-batch", GJ_OPT_I64, &o->micro_batch, "sequences per rank per forward", 1, 1 << 20},
+      {"grad-accum", GJ_OPT_I64, &o->grad_accum, "micro-batches per step (global batch = micro-batch x grad-accum x DP)", 1, 1 << 20},
+      {"seq-len", GJ_OPT_I64, &o->seq_len, "tokens per sequence (0: n_positions)", 0, 1 << 20},
+      {"steps", GJ_OPT_I64, &o->steps, "optimizer steps in total", 1, 1e12},
+      {"lr", GJ_OPT_F64, &o->lr, "peak learning rate", 0, 10},
+      {"warmup", GJ_OPT_I64, &o->warmup, "linear warmup steps", 0, 1e12},
+      {"decay-steps", GJ_OPT_I64, &o->decay_steps, "step where the cosine decay reaches the floor (0: --steps)", 0, 1e12},
+      {"lr-floor", GJ_OPT_F64, &o->floor, "final learning rate as a fraction of the peak", 0, 1},
+      {"beta1", GJ_OPT_F64, &o->beta1, "AdamW beta1", 0, 0.999999},
+      {"beta2", GJ_OPT_F64, &o->beta2, "AdamW beta2", 0, 0.999999},
+      {"eps", GJ_OPT_F64, &o->eps, "AdamW epsilon", 0, 1},
+      {"weight-decay", GJ_OPT_F64, &o->wd, "decoupled weight decay (2-D tensors only)", 0, 10},
+      {"clip", GJ_OPT_F64, &o->clip, "global gradient-norm clip (0: off)", 0, 1e9},
+      {"zloss", GJ_OPT_F64, &o->zloss, "z-loss coefficient on log(Z)^2 (GPT-J used 1e-4)", 0, 1},
+      {"seed", GJ_OPT_I64, &o->seed, "seed of the initialisation and the data order", 0, 9e18},
+      {"log-every", GJ_OPT_I64, &o->log_every, "steps between log lines", 1, 1e12},
+      {"eval-every", GJ_OPT_I64, &o->eval_every, "steps between validation runs (0: off)", 0, 1e12},
+      {"eval-batches", GJ_OPT_I64, &o->eval_batches, "micro-batches per rank per validation (0: whole set)", 0, 1e12},
+      {"save-every", GJ_OPT_I64, &o->save_every, "steps between checkpoints (0: only at the end)", 0, 1e12},
+      {"keep-checkpoints", GJ_OPT_I64, &o->keep, "checkpoints kept in --run-dir (0: all)", 0, 1e6},
+      {"ckpt-compress", GJ_OPT_I64, &o->compress, "deflate level of checkpoints (0: off)", 0, 9},
+      {"max-time", GJ_OPT_F64, &o->max_time, "wall-clock seconds after which to checkpoint and stop (0: none)", 0, 1e9},
+      {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive non-finite steps before stopping", 1, 1e9},
+      {"debug-nan-step", GJ_OPT_I64, &o->inject_nan, "debug: inject a NaN into the gradients at this step", 0, 1e12},
+      {NULL}};
+  memcpy(t, src, sizeof src);
+  return t;
+}
+
+static void mkdirs(const char *dir) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') *p = 0, mkdir(buf, 0755), *p = '/';
+  mkdir(buf, 0755);
+}
+
+static double peak_rss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss * 1024.0;
+}
+
+static void fmt_time(char *out, size_t n, double s) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static int write_config(const char *path, const gj_config *c, const gj_opt *t) {
+  FILE *f = fopen(path, "w");
+  if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
+  fprintf(f, "# effective configuration of this run (gptj train --config %s)\n", path);
+  fprintf(f, "vocab_size = %lld\nn_positions = %lld\nn_embd = %lld\nn_layer = %lld\nn_head = %lld\n"
+          "rotary_dim = %lld\nn_inner = %lld\nlayer_norm_epsilon = %.17g\n",
+          (long long)c->vocab_size, (long long)c->n_positions, (long long)c->n_embd,
+          (long long)c->n_layer, (long long)c->n_head, (long long)c->rotary_dim,
+          (long long)c->n_inner, c->layer_norm_epsilon);
+  for (const gj_opt *o = t; o->name; o++) {
+    if (!strcmp(o->name, "resume")) continue;
+    switch (o->type) {
+    case GJ_OPT_I64: fprintf(f, "%s = %lld\n", o->name, (long long)*(int64_t *)o->dst); break;
+    case GJ_OPT_F64: fprintf(f, "%s = %.17g\n", o->name, *(double *)o->dst); break;
+    case GJ_OPT_STR:
+      if (*(const char **)o->dst) fprintf(f, "%s = %s\n", o->name, *(const char **)o->dst);
+      break;
+    default: break;
+    }
+  }
+  if (fclose(f)) return GJ_FAIL("%s: write failed", path);
+  return 0;
+}
+
+/* Try the checkpoints of `resume` newest first; a damaged one is reported and skipped. */
+static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ckpt_meta *meta,
+                     int *resumed) {
+  *resumed = 0;
+  if (!resume || !strcmp(resume, "none")) return 0;
+  if (strcmp(resume, "auto")) {
+    GJ_TRY(gj_ckpt_load(resume, m, meta, 1));
+    gj_info("resumed from %s at step %lld", resume, (long long)meta->step);
+    *resumed = 1;
+    return 0;
+  }
+  char (*cands)[1024] = malloc(64 * sizeof *cands);
+  int n = gj_ckpt_candidates(run_dir, cands, 64);
+  /* rank 0's view of the directory decides */
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(cands, 64 * 1024, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    rc = gj_ckpt_load(cands[i], m, meta, 1);
+    if (!rc) {
+      gj_info("resumed from %s at step %lld", cands[i], (long long)meta->step);
+      *resumed = 1;
+      break;
+    }
+    if (m->g->rank == 0) gj_warn("cannot resume from %s: %s; trying an older checkpoint", cands[i], gj_errmsg());
+  }
+  free(cands);
+  if (n > 0 && !*resumed)
+    return GJ_FAIL("%s: no usable checkpoint (all %d damaged); refusing to start over in a run "
+                   "directory that has checkpoints", run_dir, n);
+  if (n == 0) gj_info("no checkpoint in %s: starting from scratch", run_dir);
+  return 0;
+}
+
+static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
+  char path[1024];
+  gj_ckpt_path(path, sizeof path, o->run_dir, meta->step);
+  double t0 = gj_now();
+  GJ_TRY(gj_ckpt_save(path, m, meta, (int)o->compress));
+  int rc = 0;
+  if (m->g->rank == 0) {
+    rc = gj_ckpt_set_latest(o->run_dir, path);
+    if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep);
+  }
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("checkpoint bookkeeping failed");
+  gj_info("saved %s (%.1f s)", path, gj_now() - t0);
+  return 0;
+}
+
+int gj_cmd_train(int argc, char **argv) {
+  train_opts o = {.run_dir = "run", .resume = "none", .tp = 1, .micro_batch = 8,
+                  .grad_accum = 1, .seq_len = 0, .steps = 1000, .warmup = 100,
+                  .decay_steps = 0, .seed = 1234, .log_every = 1, .eval_batches = 0,
+                  .keep = 3, .max_bad = 5, .lr = 6e-4, .floor = 0.1, .beta1 = 0.9,
+                  .beta2 = 0.999, .eps = 1e-8, .wd = 0.1, .clip = 1.0};
+  gj_opt *table = train_table(&o);
+  gj_modelopts mo;
+  int rc = gj_modelopts_parse(&mo, argc, argv, table,
+                              "gptj train --data FILE.h5 [options]",
+                              "Trains a GPT-J on a token dataset, data parallel over DP = ranks / TP and\n"
+                              "tensor parallel over --tp ranks. Run it under mpirun/srun or as one process.");
+  if (rc) return rc > 0 ? 0 : rc;
+  gj_config c = mo.config;
+  if (!o.data) return GJ_FAIL("--data: required (a token dataset from gptj tokenize)");
+  if (o.seq_len == 0) o.seq_len = c.n_positions;
+  if (o.seq_len > c.n_positions)
+    return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o.seq_len, (long long)c.n_positions);
+  if (o.decay_steps == 0) o.decay_steps = o.steps;
+
+  gj_grid g;
+  rc = gj_grid_init(&g, (int)o.tp);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
+  gj_log_set_rank(g.rank);
+
+  gj_dataset train = {0}, valid = {0};
+  rc = gj_dataset_read(&train, o.data, c.vocab_size);
+  if (!rc && o.valid_data) rc = gj_dataset_read(&valid, o.valid_data, c.vocab_size);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("reading the datasets failed on another rank");
+  gj_loader loader;
+  GJ_TRY(gj_loader_init(&loader, &train, o.seq_len, (uint64_t)o.seed, 1));
+  const int64_t B = o.micro_batch, A = o.grad_accum, T = o.seq_len, G = B * A * g.dp_size;
+  if ((uint64_t)G > loader.n_windows)
+    return GJ_FAIL("%s: global batch of %lld sequences exceeds the dataset's %llu windows of %lld tokens",
+                   o.data, (long long)G, (unsigned long long)loader.n_windows, (long long)T + 1);
+
+  gj_model m;
+  rc = gj_model_create(&m, &c, &g, B, T);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
+  if (g.rank == 0) mkdirs(o.run_dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  gj_ckpt_meta meta = {0};
+  int resumed;
+  GJ_TRY(do_resume(&m, o.resume, o.run_dir, &meta, &resumed));
+  if (resumed) GJ_TRY(gj_loader_restore(&loader, meta.loader));
+  gj_adamw_hp hp = {o.lr, o.beta1, o.beta2, o.eps, o.wd, o.clip};
+  gj_schedule sched = {o.lr, o.warmup, o.decay_steps, o.floor};
+  meta.hp = hp, meta.sched = sched;
+
+  char path[1200];
+  if (g.rank == 0) {
+    snprintf(path, sizeof path, "%s/config.conf", o.run_dir);
+    rc = write_config(path, &c, table);
+  }
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("%s: cannot write the run's config", o.run_dir);
+  FILE *metrics = NULL;
+  if (g.rank == 0) {
+    snprintf(path, sizeof path, "%s/metrics.jsonl", o.run_dir);
+    metrics = fopen(path, resumed ? "a" : "w");
+    if (!metrics) rc = GJ_FAIL("%s: %s", path, strerror(errno));
+  }
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("cannot open metrics.jsonl");
+
+  gj_dp_sync dp;
+  GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.lay.numel, 0));
+  double flops_tok = gj_flops_per_token(&c, T);
+  double sgemm = gj_sgemm_rate(GJ_MIN(B * T, 2048), GJ_MIN(c.n_inner / g.tp_size, 4096), c.n_embd, 0.2);
+  gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
+          (long long)gj_config_n_params(&c), (long long)c.n_layer, (long long)c.n_embd,
+          (long long)c.n_head, (long long)c.n_inner, (long long)c.vocab_size, g.dp_size, g.tp_size);
+  gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB",
+          m.arena_bytes / 1e6, m.act_bytes / 1e6);
+  gj_info("data: %s, %llu tokens, %llu windows of %lld; global batch %lld sequences = %lld tokens",
+          o.data, (unsigned long long)train.n_tokens, (unsigned long long)loader.n_windows,
+          (long long)T + 1, (long long)G, (long long)(G * T));
+
+  signal(SIGUSR1, on_signal);
+  signal(SIGTERM, on_signal);
+  int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
+  uint64_t *win = malloc(G * sizeof(uint64_t));
+  double t_start = gj_now(), t_last = t_start, step_time_ema = 0;
+  int64_t first = meta.step, bad = 0, tokens_at_last = meta.tokens_seen;
+  int stop = 0;
+  rc = 0;
+  while (meta.step < o.steps && !rc) {
+    double t0 = gj_now();
+    int64_t step = meta.step + 1;
+    rc = gj_loader_next(&loader, G, win);
+    if (rc) break;
+    gj_model_zero_grads(&m);
+    gj_dp_begin(&dp);
+    double loss_sum = 0;
+    float scale = (float)(1.0 / ((double)G * T));
+    for (int64_t a = 0; a < A && !rc; a++) {
+      for (int64_t b = 0; b < B; b++)
+        gj_loader_window(&loader, win[(g.dp_rank * A + a) * B + b], ids + b * T, tg + b * T);
+      double ls;
+      int64_t nv;
+      rc = gj_model_forward(&m, ids, tg, B, T, (float)o.zloss, &ls, &nv);
+      loss_sum += ls;
+      m.grad_ready = a == A - 1 ? gj_dp_ready : NULL;
+      m.grad_ready_ctx = &dp;
+      if (!rc) rc = gj_model_backward(&m, scale, (float)o.zloss);
+    }
+    m.grad_ready = NULL;
+    if (!rc) rc = gj_dp_finish(&dp);
+    if (rc) break;
+    if (o.inject_nan == step) m.grads[0] = NAN;
+    double red[2] = {loss_sum, gj_grad_sumsq(&m.lay, m.grads, g.tp_rank)};
+    rc = gj_allreduce_sum_f64(g.dp, red, 1);  /* loss over DP */
+    if (!rc) rc = gj_allreduce_sum_f64(g.tp, red + 1, 1); /* grad norm over TP shards */
+    if (rc) break;
+    double loss = red[0] / ((double)G * T), norm = sqrt(red[1]);
+    double lr = gj_schedule_lr(&sched, step);
+    int finite = isfinite(loss) && isfinite(norm);
+    if (finite) {
+      gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, &hp, step, lr,
+                      gj_clip_coef(norm, o.clip));
+      bad = 0;
+    } else {
+      bad++;
+      gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
+              (long long)step, loss, norm, (long long)bad);
+    }
+    meta.step = step;
+    meta.tokens_seen += G * T;
+    meta.loader = loader.st;
+    double now = gj_now(), dt = now - t0;
+    step_time_ema = step_time_ema == 0 ? dt : 0.9 * step_time_ema + 0.1 * dt;
+    if (g.rank == 0 && (step % o.log_every == 0 || step == o.steps)) {
+      double elapsed = now - t_start, span = now - t_last;
+      double tps = (meta.tokens_seen - tokens_at_last) / (span > 0 ? span : 1e-9);
+      double mfu = tps * flops_tok / g.size / sgemm;
+      double eta = (o.steps - step) * step_time_ema;
+      char el[32], et[32];
+      fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
+      gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s | %.0f MB",
+              (long long)step, (long long)o.steps, loss, lr, norm, tps, 100 * mfu, el, et,
+              peak_rss_bytes() / 1e6);
+      fprintf(metrics, "{\"step\": %lld, \"loss\": %.8g, \"lr\": %.8g, \"grad_norm\": %.8g, "
+              "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"elapsed_s\": %.3f, "
+              "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
+              (long long)step, loss, lr, norm, (long long)meta.tokens_seen, tps, mfu, elapsed, eta,
+              dt, dp.wait_s, peak_rss_bytes(), !finite);
+      fflush(metrics);
+      t_last = now, tokens_at_last = meta.tokens_seen;
+    }
+    if (bad >= o.max_bad) {
+      rc = GJ_FAIL("%lld non-finite steps in a row at step %lld: stopping (the last checkpoint "
+                   "is kept)", (long long)bad, (long long)step);
+      break;
+    }
+    if (o.valid_data && o.eval_every > 0 && (step % o.eval_every == 0 || step == o.steps)) {
+      double nll;
+      int64_t cnt;
+      rc = gj_evaluate(&m, &valid, T, T, B, o.eval_batches * B * g.dp_size, &nll, &cnt);
+      if (rc) break;
+      gj_info("step %lld | validation loss %.4f | perplexity %.2f | %lld tokens", (long long)step,
+              nll / cnt, exp(nll / cnt), (long long)cnt);
+      if (metrics)
+        fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.8g, \"val_ppl\": %.8g, \"val_tokens\": %lld}\n",
+                (long long)step, nll / cnt, exp(nll / cnt), (long long)cnt), fflush(metrics);
+    }
+    /* Stop requests: a signal on any rank, or the wall-clock budget (rank 0's clock). */
+    int want[2] = {stop_signal != 0, 0};
+    if (g.rank == 0 && o.max_time > 0 && now - t_start + 2 * step_time_ema > o.max_time) want[1] = 1;
+    MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int last = step == o.steps || want[0] || want[1];
+    if (last || (o.save_every > 0 && step % o.save_every == 0)) rc = save(&m, &o, &meta);
+    if (!rc && (want[0] || want[1]) && step < o.steps) {
+      gj_info("%s: stopped at step %lld after a checkpoint", want[0] ? "signal" : "--max-time",
+              (long long)step);
+      stop = 1;
+      break;
+    }
+  }
+  (void)first, (void)stop;
+  if (metrics) fclose(metrics);
+  free(ids), free(tg), free(win);
+  gj_dp_free(&dp);
+  gj_loader_free(&loader);
+  gj_dataset_free(&train);
+  gj_dataset_free(&valid);
+  gj_model_free(&m);
+  int any = gj_agree(MPI_COMM_WORLD, rc);
+  gj_grid_free(&g);
+  return rc ? rc : (any ? GJ_FAIL("training failed on another rank") : 0);
+}

@@ -1,0 +1,56 @@
+#include "cli/evaluate.h"
+
+#include <stdlib.h>
+
+#include "common.h"
+
+int gj_evaluate(gj_model *m, const gj_dataset *ds, int64_t T, int64_t S, int64_t B,
+                int64_t max_windows, double *nll, int64_t *count) {
+  gj_grid *g = m->g;
+  const int64_t n = (int64_t)ds->n_tokens;
+  if (n < 2) return GJ_FAIL("%s: fewer than 2 tokens: nothing to evaluate", ds->path);
+  if (S < 1 || S > T) return GJ_FAIL("--stride %lld must be in [1, seq_len %lld]", (long long)S, (long long)T);
+  int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
+  if (!ids || !tg) return free(ids), free(tg), GJ_FAIL("out of memory");
+  double sum = 0;
+  int64_t cnt = 0, nb = 0, Tb = 0;
+  int rc = 0;
+  int64_t prev_end = 0;
+  for (int64_t w = 0, b = 0; prev_end < n - 1 && !rc; w++, b += S) {
+    if (max_windows > 0 && w >= max_windows) break;
+    int64_t e = GJ_MIN(b + T, n - 1), len = e - b;
+    int mine = w % g->dp_size == g->dp_rank;
+    if (mine) {
+      /* a batch holds windows of one length: flush when the length changes */
+      if (nb > 0 && len != Tb) {
+        double ls; int64_t nv;
+        rc = gj_model_forward(m, ids, tg, nb, Tb, 0.0f, &ls, &nv);
+        sum += ls, cnt += nv, nb = 0;
+      }
+      Tb = len;
+      for (int64_t i = 0; i < len; i++) {
+        ids[nb * len + i] = ds->tokens[b + i];
+        int64_t ti = b + i + 1; /* index of this target */
+        tg[nb * len + i] = ti > prev_end ? ds->tokens[ti] : -1;
+      }
+      if (++nb == B && !rc) {
+        double ls; int64_t nv;
+        rc = gj_model_forward(m, ids, tg, nb, Tb, 0.0f, &ls, &nv);
+        sum += ls, cnt += nv, nb = 0;
+      }
+    }
+    prev_end = e;
+  }
+  if (nb > 0 && !rc) {
+    double ls; int64_t nv;
+    rc = gj_model_forward(m, ids, tg, nb, Tb, 0.0f, &ls, &nv);
+    sum += ls, cnt += nv;
+  }
+  free(ids), free(tg);
+  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("evaluation failed on another rank");
+  double v[2] = {sum, (double)cnt};
+  GJ_TRY(gj_allreduce_sum_f64(g->dp, v, 2));
+  *nll = v[0];
+  *count = (int64_t)v[1];
+  return 0;
+}

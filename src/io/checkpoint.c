@@ -1,0 +1,411 @@
+#include "io/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common.h"
+#include "io/h5util.h"
+
+#define CKPT_FORMAT "gptj-mpi-checkpoint"
+#define CKPT_VERSION 1
+
+/* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice: each TP rank
+ * checksums its row segments, the segments are exchanged within the TP group and combined in
+ * global order. The same value results from any layout. */
+static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
+  int64_t lr = t->lrows;
+  size_t seglen = (size_t)t->lcols * sizeof(float);
+  uint32_t *seg = malloc(lr * sizeof(uint32_t) * (t->shard == GJ_SHARD_NONE ? 1 : g->tp_size));
+  if (!seg) return GJ_FAIL("out of memory");
+  uint32_t *mine = seg + (t->shard == GJ_SHARD_NONE ? 0 : (size_t)lr * g->tp_rank);
+  for (int64_t i = 0; i < lr; i++)
+    mine[i] = (uint32_t)crc32(0L, (const Bytef *)(local + i * t->lcols), (uInt)seglen);
+  uLong crc = 0;
+  if (t->shard == GJ_SHARD_NONE || g->tp_size == 1) {
+    for (int64_t i = 0; i < lr; i++) crc = crc32_combine(crc, seg[i], (z_off_t)seglen);
+  } else {
+    int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, seg, (int)lr, MPI_UINT32_T, g->tp);
+    if (rc != MPI_SUCCESS) return free(seg), gj_mpi_fail(rc, "MPI_Allgather(crc)");
+    if (t->shard == GJ_SHARD_ROWS)
+      for (int r = 0; r < g->tp_size; r++)
+        for (int64_t i = 0; i < lr; i++) crc = crc32_combine(crc, seg[r * lr + i], (z_off_t)seglen);
+    else
+      for (int64_t i = 0; i < lr; i++)
+        for (int r = 0; r < g->tp_size; r++) crc = crc32_combine(crc, seg[r * lr + i], (z_off_t)seglen);
+  }
+  free(seg);
+  *out = (uint32_t)crc;
+  return 0;
+}
+
+static void slice_select(hid_t fs, const gj_tensor *t) {
+  hsize_t start[2] = {(hsize_t)t->row0, (hsize_t)t->col0};
+  hsize_t count[2] = {(hsize_t)t->lrows, (hsize_t)t->lcols};
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+}
+
+static int write_tensor(hid_t f, const char *path, gj_grid *g, const gj_tensor *t,
+                        const float *local, int compress, hid_t dxpl) {
+  uint32_t crc;
+  GJ_TRY(tensor_crc(g, t, local, &crc));
+  hsize_t dims[2] = {(hsize_t)t->rows, (hsize_t)t->cols};
+  hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  if (compress) {
+    /* Large chunks (about 4 MB): few chunks keep collective filtered writes fast and safe. */
+    hsize_t ch[2];
+    ch[1] = t->ndim == 2 ? dims[1] : 1;
+    ch[0] = (hsize_t)GJ_MAX(1, GJ_MIN((int64_t)dims[0], ((int64_t)1 << 20) / (int64_t)ch[1]));
+    H5Pset_chunk(dcpl, t->ndim, ch);
+    H5Pset_deflate(dcpl, (unsigned)compress);
+  }
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+  H5Pclose(lcpl), H5Pclose(dcpl), H5Sclose(sp);
+  if (d < 0) return GJ_FAIL("cannot create dataset %s", path);
+  /* One copy of each element is written: slices by the DP-rank-0 replica of each TP rank,
+   * replicated tensors by world rank 0. Everyone takes part in the collective call. */
+  int writer = t->shard == GJ_SHARD_NONE ? g->rank == 0 : g->dp_rank == 0;
+  hid_t fs = H5Dget_space(d);
+  hsize_t n = t->numel;
+  hid_t ms = H5Screate_simple(1, &n, NULL);
+  if (writer) slice_select(fs, t);
+  else H5Sselect_none(fs), H5Sselect_none(ms);
+  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, local);
+  H5Sclose(ms), H5Sclose(fs);
+  int rc = wr < 0 ? GJ_FAIL("cannot write %s (disk full?)", path) : 0;
+  if (!rc) {
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_FAIL("cannot write crc32 of %s", path);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(as);
+  }
+  H5Dclose(d);
+  return rc;
+}
+
+/* Read this rank's slice of a tensor (no collectives). */
+static int read_slice(hid_t f, const char *fname, const char *path, const gj_tensor *t,
+                      float *local, uint32_t *want) {
+  GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0, t->col0,
+                              t->lrows, t->lcols, local));
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  hid_t a = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
+  herr_t r = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT32, want) : -1;
+  if (a >= 0) H5Aclose(a);
+  H5Dclose(d);
+  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
+  return 0;
+}
+
+static const char *cfg_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                                 "rotary_dim", "n_inner"};
+
+static int64_t *cfg_field(gj_config *c, int i) {
+  int64_t *f[] = {&c->vocab_size, &c->n_positions, &c->n_embd, &c->n_layer,
+                  &c->n_head,     &c->rotary_dim,  &c->n_inner};
+  return f[i];
+}
+
+int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int compress) {
+  gj_grid *g = m->g;
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  gj_h5_quiet();
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, g->world, MPI_INFO_NULL);
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  int rc = 0;
+  if (f < 0) rc = GJ_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
+  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: cannot create checkpoint", tmp);
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  gj_config c = m->c;
+  rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
+  rc |= gj_h5_write_attr_i64(f, "format_version", CKPT_VERSION);
+  rc |= gj_h5_write_attr_i64(f, "step", meta->step);
+  rc |= gj_h5_write_attr_i64(f, "tokens_seen", meta->tokens_seen);
+  rc |= gj_h5_write_attr_i64(f, "written_tp", g->tp_size);
+  rc |= gj_h5_write_attr_i64(f, "written_dp", g->dp_size);
+  for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&c, i));
+  rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c.layer_norm_epsilon);
+  hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+  hid_t go = H5Gcreate2(f, "optim", H5P_DEFAULT, gcpl, H5P_DEFAULT);
+  hid_t gl = H5Gcreate2(f, "loader", H5P_DEFAULT, gcpl, H5P_DEFAULT);
+  H5Pclose(gcpl);
+  if (go < 0 || gl < 0) rc = -1;
+  if (!rc) {
+    const gj_adamw_hp *h = &meta->hp;
+    rc |= gj_h5_write_attr_f64(go, "lr", h->lr);
+    rc |= gj_h5_write_attr_f64(go, "beta1", h->beta1);
+    rc |= gj_h5_write_attr_f64(go, "beta2", h->beta2);
+    rc |= gj_h5_write_attr_f64(go, "eps", h->eps);
+    rc |= gj_h5_write_attr_f64(go, "weight_decay", h->weight_decay);
+    rc |= gj_h5_write_attr_f64(go, "grad_clip", h->grad_clip);
+    rc |= gj_h5_write_attr_i64(go, "warmup", meta->sched.warmup);
+    rc |= gj_h5_write_attr_i64(go, "decay_steps", meta->sched.decay_steps);
+    rc |= gj_h5_write_attr_f64(go, "lr_floor", meta->sched.floor);
+    rc |= gj_h5_write_attr_i64(go, "step", meta->step);
+    rc |= gj_h5_write_attr_i64(gl, "seed", (int64_t)meta->loader.seed);
+    rc |= gj_h5_write_attr_i64(gl, "epoch", (int64_t)meta->loader.epoch);
+    rc |= gj_h5_write_attr_i64(gl, "cursor", (int64_t)meta->loader.cursor);
+  }
+  if (go >= 0) H5Gclose(go);
+  if (gl >= 0) H5Gclose(gl);
+  if (rc) rc = GJ_FAIL("%s: cannot write attributes (disk full?)", tmp);
+  char p[512];
+  const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
+  float *blocks[3] = {m->params, m->m, m->v};
+  for (int b = 0; b < 3 && !rc; b++)
+    for (int i = 0; i < m->lay.n && !rc; i++) {
+      snprintf(p, sizeof p, "%s%s", prefix[b], m->lay.t[i].name);
+      rc = write_tensor(f, p, g, &m->lay.t[i], blocks[b] + m->lay.t[i].offset, compress, dxpl);
+    }
+  H5Pclose(dxpl);
+  if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
+  if (g->rank == 0 && !rc) {
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *sl = strrchr(dir, '/');
+    if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) fsync(dfd), close(dfd);
+  }
+  if (gj_agree(g->world, rc)) {
+    if (g->rank == 0) unlink(tmp);
+    return rc ? rc : GJ_FAIL("%s: checkpoint write failed on another rank", path);
+  }
+  return 0;
+}
+
+static int check_config(hid_t f, const char *path, const gj_config *c) {
+  gj_config cc = *c;
+  for (int i = 0; i < 7; i++) {
+    int64_t v;
+    GJ_TRY(gj_h5_attr_i64(f, path, cfg_keys[i], &v));
+    if (v != *cfg_field(&cc, i))
+      return GJ_FAIL("%s: checkpoint has %s = %lld, this run has %lld", path, cfg_keys[i],
+                     (long long)v, (long long)*cfg_field(&cc, i));
+  }
+  double eps;
+  GJ_TRY(gj_h5_attr_f64(f, path, "layer_norm_epsilon", &eps));
+  if (eps != c->layer_norm_epsilon)
+    return GJ_FAIL("%s: checkpoint has layer_norm_epsilon = %g, this run has %g", path, eps,
+                   c->layer_norm_epsilon);
+  return 0;
+}
+
+static int open_checked(const char *path, hid_t *f, MPI_Comm comm) {
+  /* Serial checks first (a readable HDF5 file), then the collective open. */
+  hid_t s;
+  int rc = gj_h5_open_read(path, &s);
+  if (!rc) {
+    char fmt[64] = "";
+    rc = gj_h5_attr_str(s, path, "format", fmt, sizeof fmt);
+    if (!rc && strcmp(fmt, CKPT_FORMAT)) rc = GJ_FAIL("%s: not a gptj-mpi checkpoint (format '%s')", path, fmt);
+    int64_t v = 0;
+    if (!rc) rc = gj_h5_attr_i64(s, path, "format_version", &v);
+    if (!rc && v != CKPT_VERSION) rc = GJ_FAIL("%s: checkpoint format_version %lld is not supported (expected %d)", path, (long long)v, CKPT_VERSION);
+    H5Fclose(s);
+  }
+  if (comm == MPI_COMM_NULL) {
+    if (!rc) rc = gj_h5_open_read(path, f);
+    return rc;
+  }
+  if (gj_agree(comm, rc)) return rc ? rc : GJ_FAIL("%s: unreadable on another rank", path);
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  *f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
+  rc = *f < 0 ? GJ_FAIL("%s: cannot open (truncated or corrupted?)", path) : 0;
+  if (gj_agree(comm, rc)) {
+    if (*f >= 0) H5Fclose(*f);
+    return rc ? rc : GJ_FAIL("%s: cannot open on another rank", path);
+  }
+  return 0;
+}
+
+int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_optim) {
+  gj_grid *g = m->g;
+  gj_h5_quiet();
+  hid_t f;
+  GJ_TRY(open_checked(path, &f, g->world));
+  int rc = check_config(f, path, &m->c);
+  int64_t v;
+  if (!rc) rc = gj_h5_attr_i64(f, path, "step", &meta->step);
+  if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &meta->tokens_seen);
+  char p[512];
+  const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
+  float *blocks[3] = {m->params, m->m, m->v};
+  /* Every rank reads (and checks) every tensor; collectives inside stay in step because a
+   * failure is agreed on before the next tensor. */
+  for (int b = 0; b < (with_optim ? 3 : 1); b++)
+    for (int i = 0; i < m->lay.n; i++) {
+      const gj_tensor *t = &m->lay.t[i];
+      float *local = blocks[b] + t->offset;
+      uint32_t want = 0, got = 0;
+      snprintf(p, sizeof p, "%s%s", prefix[b], t->name);
+      if (!rc) rc = read_slice(f, path, p, t, local, &want);
+      if (!gj_agree(g->world, rc)) {
+        rc = tensor_crc(g, t, local, &got);
+        if (!rc && got != want)
+          rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
+      }
+      if (gj_agree(g->world, rc)) {
+        H5Fclose(f);
+        return rc ? rc : GJ_FAIL("%s: %s unreadable on another rank", path, p);
+      }
+    }
+  if (!rc && with_optim) {
+    hid_t go = H5Gopen2(f, "optim", H5P_DEFAULT), gl = H5Gopen2(f, "loader", H5P_DEFAULT);
+    if (go < 0 || gl < 0) rc = GJ_FAIL("%s: missing /optim or /loader", path);
+    gj_adamw_hp *h = &meta->hp;
+    if (!rc) rc = gj_h5_attr_f64(go, path, "lr", &h->lr);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "beta1", &h->beta1);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "beta2", &h->beta2);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "eps", &h->eps);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "weight_decay", &h->weight_decay);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "grad_clip", &h->grad_clip);
+    if (!rc) rc = gj_h5_attr_i64(go, path, "warmup", &meta->sched.warmup);
+    if (!rc) rc = gj_h5_attr_i64(go, path, "decay_steps", &meta->sched.decay_steps);
+    if (!rc) rc = gj_h5_attr_f64(go, path, "lr_floor", &meta->sched.floor);
+    if (!rc) rc = gj_h5_attr_i64(gl, path, "seed", &v), meta->loader.seed = (uint64_t)v;
+    if (!rc) rc = gj_h5_attr_i64(gl, path, "epoch", &v), meta->loader.epoch = (uint64_t)v;
+    if (!rc) rc = gj_h5_attr_i64(gl, path, "cursor", &v), meta->loader.cursor = (uint64_t)v;
+    meta->sched.lr = h->lr;
+    if (go >= 0) H5Gclose(go);
+    if (gl >= 0) H5Gclose(gl);
+  }
+  H5Fclose(f);
+  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: load failed on another rank", path);
+  return 0;
+}
+
+int gj_ckpt_read_config(const char *path, gj_config *c) {
+  hid_t f;
+  GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
+  int rc = 0;
+  for (int i = 0; i < 7 && !rc; i++) rc = gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(c, i));
+  if (!rc) rc = gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c->layer_norm_epsilon);
+  H5Fclose(f);
+  if (!rc && gj_config_validate(c)) rc = gj_err_prefix(path);
+  return rc;
+}
+
+void gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
+  snprintf(out, n, "%s/ckpt-%08lld.h5", dir, (long long)step);
+}
+
+int gj_ckpt_set_latest(const char *dir, const char *path) {
+  char tmp[1100], fin[1100];
+  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+  snprintf(fin, sizeof fin, "%s/latest", dir);
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  FILE *f = fopen(tmp, "w");
+  if (!f) return GJ_FAIL("%s: %s", tmp, strerror(errno));
+  int bad = fprintf(f, "%s\n", base) < 0;
+  bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad) return unlink(tmp), GJ_FAIL("%s: write failed (disk full?)", tmp);
+  if (rename(tmp, fin)) return GJ_FAIL("%s: %s", fin, strerror(errno));
+  return 0;
+}
+
+static int list_ckpts(const char *dir, int64_t *steps, int max) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < max) {
+    long long s;
+    char tail[8];
+    if (sscanf(e->d_name, "ckpt-%lld.h%2s", &s, tail) == 2 && !strcmp(tail, "5") &&
+        strlen(e->d_name) == 16)
+      steps[n++] = s;
+  }
+  closedir(d);
+  for (int i = 1; i < n; i++) /* newest first */
+    for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+      int64_t t = steps[j];
+      steps[j] = steps[j - 1], steps[j - 1] = t;
+    }
+  return n;
+}
+
+int gj_ckpt_candidates(const char *dir, char paths[][1024], int max) {
+  int n = 0;
+  char lp[1100], name[512];
+  snprintf(lp, sizeof lp, "%s/latest", dir);
+  FILE *f = fopen(lp, "r");
+  if (f) {
+    if (fgets(name, sizeof name, f)) {
+      name[strcspn(name, "\n")] = 0;
+      if (*name && !strchr(name, '/')) snprintf(paths[n++], 1024, "%s/%s", dir, name);
+    }
+    fclose(f);
+  }
+  int64_t steps[4096];
+  int k = list_ckpts(dir, steps, 4096);
+  for (int i = 0; i < k && n < max; i++) {
+    char p[1024];
+    gj_ckpt_path(p, sizeof p, dir, steps[i]);
+    if (n > 0 && !strcmp(p, paths[0])) continue;
+    snprintf(paths[n++], 1024, "%s", p);
+  }
+  return n;
+}
+
+int gj_ckpt_rotate(const char *dir, int keep) {
+  if (keep <= 0) return 0;
+  int64_t steps[4096];
+  int k = list_ckpts(dir, steps, 4096);
+  for (int i = keep; i < k; i++) {
+    char p[1024];
+    gj_ckpt_path(p, sizeof p, dir, steps[i]);
+    if (unlink(p)) gj_warn("cannot remove old checkpoint %s: %s", p, strerror(errno));
+  }
+  return 0;
+}
+
+int gj_ckpt_info(const char *path) {
+  hid_t f;
+  GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
+  int64_t step = 0, tok = 0, tp = 0, dp = 0, ver = 0;
+  gj_config c;
+  int rc = gj_h5_attr_i64(f, path, "step", &step);
+  if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &tok);
+  if (!rc) rc = gj_h5_attr_i64(f, path, "written_tp", &tp);
+  if (!rc) rc = gj_h5_attr_i64(f, path, "written_dp", &dp);
+  if (!rc) rc = gj_h5_attr_i64(f, path, "format_version", &ver);
+  for (int i = 0; i < 7 && !rc; i++) rc = gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(&c, i));
+  if (!rc) rc = gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c.layer_norm_epsilon);
+  H5Fclose(f);
+  if (rc) return rc;
+  struct stat st;
+  stat(path, &st);
+  printf("file: %s\nformat: %s version %lld\nstep: %lld\ntokens_seen: %lld\n", path, CKPT_FORMAT,
+         (long long)ver, (long long)step, (long long)tok);
+  printf("written from: dp %lld x tp %lld\n", (long long)dp, (long long)tp);
+  for (int i = 0; i < 7; i++) printf("%s: %lld\n", cfg_keys[i], (long long)*cfg_field(&c, i));
+  printf("layer_norm_epsilon: %g\nparameters: %lld\nfile size: %lld bytes\n", c.layer_norm_epsilon,
+         (long long)gj_config_n_params(&c), (long long)st.st_size);
+  return 0;
+}

@@ -1,0 +1,45 @@
+/* HDF5 checkpoints (DESIGN.md §5): one file, every tensor under its Hugging Face name with
+ * its GLOBAL shape, written collectively with parallel HDF5 (each rank its slice), AdamW
+ * moments beside them, a CRC32 per tensor (of the global row-major float32 bytes, so any
+ * layout computes the same value), step / tokens / schedule / loader state / config as
+ * attributes. Written under a temporary name, synced, renamed; `latest` updated last. */
+#ifndef GJ_IO_CHECKPOINT_H
+#define GJ_IO_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "io/loader.h"
+#include "model/gptj.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+typedef struct {
+  int64_t step;        /* optimizer updates done */
+  int64_t tokens_seen;
+  gj_loader_state loader;
+  gj_adamw_hp hp;
+  gj_schedule sched;
+} gj_ckpt_meta;
+
+/* Collective over the world. compress: deflate level 0 (off) .. 9. */
+int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int compress);
+/* Collective. Loads parameters (and moments if with_optim) into this rank's slices, checking
+ * every CRC, the format and the config against m->c (a mismatch names the key or tensor). */
+int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_optim);
+/* Read the model config of a checkpoint (any rank, serial). */
+int gj_ckpt_read_config(const char *path, gj_config *c);
+
+/* Run directory helpers (rank 0 does the file system work; results broadcast). */
+/* Path of checkpoint `step` in dir. */
+void gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step);
+/* Point dir/latest at path (atomic rename). Rank 0 only. */
+int gj_ckpt_set_latest(const char *dir, const char *path);
+/* Candidates to resume from, newest first: `latest` first, then the other ckpt-*.h5 by step.
+ * Returns the number found (up to max). */
+int gj_ckpt_candidates(const char *dir, char paths[][1024], int max);
+/* Keep the newest `keep` checkpoints in dir (0: keep all). Rank 0 only. */
+int gj_ckpt_rotate(const char *dir, int keep);
+/* Print a checkpoint's metadata (gptj info). */
+int gj_ckpt_info(const char *path);
+
+#endif

@@ -1,0 +1,52 @@
+#include "io/kvconf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s)) s++;
+  char *e = s + strlen(s);
+  while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+  return s;
+}
+
+int gj_kvconf_read(const char *path, gj_kv_fn fn, void *ctx) {
+  struct stat st;
+  if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected a config file", path);
+  FILE *f = fopen(path, "r");
+  if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int lineno = 0, rc = 0;
+  char where[1100];
+  while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+    lineno++;
+    snprintf(where, sizeof where, "%s:%d", path, lineno);
+    if ((size_t)len != strlen(line)) { rc = GJ_FAIL("%s: NUL byte in the line", where); break; }
+    if (len > 4096) { rc = GJ_FAIL("%s: line too long", where); break; }
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *s = trim(line);
+    if (!*s) continue;
+    char *eq = strchr(s, '=');
+    if (!eq) { rc = GJ_FAIL("%s: expected 'key = value'", where); break; }
+    *eq = 0;
+    char *k = trim(s), *v = trim(eq + 1);
+    if (!*k) { rc = GJ_FAIL("%s: missing key before '='", where); break; }
+    if (!*v) { rc = GJ_FAIL("%s: missing value for '%s'", where, k); break; }
+    int r = fn(ctx, k, v);
+    if (r > 0) rc = GJ_FAIL("%s: unknown key '%s'", where, k);
+    else if (r < 0) rc = gj_err_prefix(where);
+  }
+  free(line);
+  fclose(f);
+  return rc;
+}

@@ -1,0 +1,31 @@
+#include "model/flops.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+double gj_flops_per_token(const gj_config *c, int64_t T) {
+  double N = (double)gj_config_n_params(c) - (double)c->vocab_size * c->n_embd;
+  return 6.0 * N + 12.0 * c->n_layer * c->n_embd * (double)T;
+}
+
+double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds) {
+  float *a = gj_alloc(M * K * sizeof(float)), *b = gj_alloc(N * K * sizeof(float));
+  float *c = gj_alloc(M * N * sizeof(float));
+  if (!a || !b || !c) return free(a), free(b), free(c), 0.0;
+  for (int64_t i = 0; i < M * K; i++) a[i] = (float)((i % 7) - 3) * 0.01f;
+  for (int64_t i = 0; i < N * K; i++) b[i] = (float)((i % 5) - 2) * 0.01f;
+  double best = 0, spent = 0;
+  for (int rep = 0; rep < 50 && (rep < 3 || spent < min_seconds); rep++) {
+    double t0 = gj_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K,
+                b, (int)K, 0.0f, c, (int)N);
+    double dt = gj_now() - t0;
+    spent += dt;
+    double r = 2.0 * M * N * K / dt;
+    if (rep > 0 && r > best) best = r; /* the first call warms up */
+  }
+  free(a), free(b), free(c);
+  return best;
+}

@@ -1,0 +1,16 @@
+/* FLOP accounting (DESIGN.md §8) and the in-process sgemm ceiling. */
+#ifndef GJ_MODEL_FLOPS_H
+#define GJ_MODEL_FLOPS_H
+
+#include <stdint.h>
+
+#include "model/config.h"
+
+/* Training FLOPs per token: 6 N + 12 n_layer D T, N = all parameters but the embedding
+ * (lm_head included). */
+double gj_flops_per_token(const gj_config *c, int64_t T);
+/* Best FLOP/s of cblas_sgemm (row-major, C[M,N] = A[M,K] B[N,K]^T) over a few repetitions
+ * of at least min_seconds in all, at the current thread count. */
+double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds);
+
+#endif

@@ -1,0 +1,64 @@
+#include "parallel/dp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_floats) {
+  memset(s, 0, sizeof *s);
+  s->g = g, s->grads = grads, s->n = n;
+  s->bucket = bucket_floats ? bucket_floats : ((size_t)1 << 22); /* 16 MB */
+  s->cap = (int)(n / s->bucket + 2 + 1024);
+  s->req = malloc(s->cap * sizeof(MPI_Request));
+  return s->req ? 0 : GJ_FAIL("out of memory");
+}
+
+void gj_dp_free(gj_dp_sync *s) { free(s->req); }
+
+void gj_dp_begin(gj_dp_sync *s) {
+  s->posted_lo = s->n;
+  s->nreq = 0;
+  s->wait_s = 0;
+  s->bytes = 0;
+}
+
+static int post(gj_dp_sync *s, size_t lo, size_t hi) {
+  for (size_t b = hi; b > lo;) {
+    size_t a = b - lo > s->bucket ? b - s->bucket : lo;
+    if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM,
+                            s->g->dp, &s->req[s->nreq++]);
+    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Iallreduce(gradients)");
+    s->bytes += (double)(b - a) * sizeof(float);
+    b = a;
+  }
+  return 0;
+}
+
+int gj_dp_ready(void *vs, size_t lo) {
+  gj_dp_sync *s = vs;
+  if (s->g->dp_size == 1) return 0;
+  /* Post only whole buckets now; small tails join the next call. */
+  if (s->posted_lo - lo >= s->bucket || lo == 0) {
+    GJ_TRY(post(s, lo, s->posted_lo));
+    s->posted_lo = lo;
+  }
+  int flag; /* let the library progress what is in flight */
+  if (s->nreq) MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
+  return 0;
+}
+
+int gj_dp_finish(gj_dp_sync *s) {
+  if (s->g->dp_size == 1) return 0;
+  if (s->posted_lo > 0) {
+    GJ_TRY(post(s, 0, s->posted_lo));
+    s->posted_lo = 0;
+  }
+  double t0 = gj_now();
+  int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
+  s->wait_s = gj_now() - t0;
+  s->nreq = 0;
+  if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
+  return 0;
+}

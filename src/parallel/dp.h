@@ -1,0 +1,34 @@
+/* Data-parallel gradient reduction: the gradient block is summed over the DP group by
+ * non-blocking all-reduces on buckets, each started as soon as backward reports its
+ * gradients final, and waited for before the optimizer. */
+#ifndef GJ_PARALLEL_DP_H
+#define GJ_PARALLEL_DP_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "parallel/grid.h"
+
+typedef struct {
+  gj_grid *g;
+  float *grads;
+  size_t n;          /* floats in the block */
+  size_t posted_lo;  /* [posted_lo, n) has been posted */
+  MPI_Request *req;
+  int nreq, cap;
+  size_t bucket;     /* floats per bucket */
+  double wait_s;     /* exposed wait of the last finish */
+  double bytes;      /* bytes of gradients reduced by this rank in the last step */
+} gj_dp_sync;
+
+int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_floats);
+void gj_dp_free(gj_dp_sync *s);
+/* Start a step's reduction. */
+void gj_dp_begin(gj_dp_sync *s);
+/* The gradients [lo, n) are final: start reducing what is not started yet (whole buckets;
+ * the rest waits for more). Suitable as the model's grad_ready hook. */
+int gj_dp_ready(void *s, size_t lo);
+/* Start whatever remains and wait for everything. */
+int gj_dp_finish(gj_dp_sync *s);
+
+#endif
