@@ -144,7 +144,16 @@ static int run(int argc, char **argv, gj_grid *g) {
   GJ_TRY(gj_weights_write_gathered(g, o, "/grads/", &m.lay, m.grads));
 
   if (has_gen) {
-    GJ_TRY(gj_generate_greedy_recompute(&m, gen, n_prompt, n_gen));
+    /* The KV-cache path must equal a full recompute of every prefix. */
+    int32_t *ref = malloc((n_prompt + n_gen) * sizeof(int32_t));
+    memcpy(ref, gen, n_prompt * sizeof(int32_t));
+    GJ_TRY(gj_generate_greedy(&m, gen, n_prompt, n_gen));
+    GJ_TRY(gj_generate_greedy_recompute(&m, ref, n_prompt, n_gen));
+    for (int64_t i = 0; i < n_prompt + n_gen; i++)
+      if (gen[i] != ref[i])
+        return GJ_FAIL("KV-cache decoding differs from recompute at token %lld (%d vs %d)",
+                       (long long)i, gen[i], ref[i]);
+    free(ref);
     if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
   }
 

@@ -6,9 +6,15 @@ int gj_cmd_encode(int argc, char **argv);
 int gj_cmd_decode(int argc, char **argv);
 int gj_cmd_tokenize(int argc, char **argv);
 int gj_cmd_train(int argc, char **argv);
+int gj_cmd_eval(int argc, char **argv);
+int gj_cmd_generate(int argc, char **argv);
+int gj_cmd_info(int argc, char **argv);
 
 const gj_command gj_commands[] = {
     {"train", "train a GPT-J (data and tensor parallel) with checkpoints and resume", 1, gj_cmd_train},
+    {"eval", "perplexity and bits per byte of a checkpoint on a token dataset", 1, gj_cmd_eval},
+    {"generate", "continue a prompt (greedy, temperature, top-k, top-p; KV cache)", 1, gj_cmd_generate},
+    {"info", "metadata of a checkpoint or token dataset", 0, gj_cmd_info},
     {"encode", "text on stdin -> GPT-2 token ids", 0, gj_cmd_encode},
     {"decode", "GPT-2 token ids on stdin -> text", 0, gj_cmd_decode},
     {"tokenize", "text / JSONL files -> token dataset (HDF5)", 1, gj_cmd_tokenize},

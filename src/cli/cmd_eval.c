@@ -1,0 +1,232 @@
+/* gptj eval (perplexity of a checkpoint), gptj generate (sampling with a KV cache) and
+ * gptj info (metadata of a checkpoint or a token dataset). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/evaluate.h"
+#include "common.h"
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "io/h5util.h"
+#include "io/tokenizer.h"
+#include "model/generate.h"
+#include "model/gptj.h"
+#include "parallel/grid.h"
+
+/* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
+static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T) {
+  int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
+  gj_config c;
+  if (!rc) rc = gj_grid_init(g, (int)tp);
+  if (!rc) gj_log_set_rank(g->rank);
+  if (!rc) rc = gj_ckpt_read_config(ckpt, &c);
+  if (!rc && *T == 0) *T = c.n_positions;
+  if (!rc && *T > c.n_positions)
+    rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  rc = gj_model_create(m, &c, g, B, *T);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  gj_ckpt_meta meta;
+  return gj_ckpt_load(ckpt, m, &meta, 0);
+}
+
+int gj_cmd_eval(int argc, char **argv) {
+  const char *ckpt = NULL, *data = NULL;
+  int64_t tp = 1, T = 0, S = 0, B = 4, max_windows = 0;
+  gj_opt opts[] = {
+      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate, required", 1, 0},
+      {"data", GJ_OPT_STR, &data, "token dataset, required", 1, 0},
+      {"tp", GJ_OPT_I64, &tp, "tensor-parallel size (windows are spread over DP = ranks / TP)", 1, 4096},
+      {"seq-len", GJ_OPT_I64, &T, "window length T (0: n_positions)", 0, 1 << 20},
+      {"stride", GJ_OPT_I64, &S, "sliding-window stride S (0: T, non-overlapping windows)", 0, 1 << 20},
+      {"micro-batch", GJ_OPT_I64, &B, "windows per forward", 1, 1 << 20},
+      {"max-windows", GJ_OPT_I64, &max_windows, "evaluate only the first N windows (0: all)", 0, 1e15},
+      {NULL}};
+  gj_cmdline cl = {"gptj eval --checkpoint FILE --data FILE.h5 [options]",
+                   "Perplexity of a checkpoint on a token dataset. Every token after the first is\n"
+                   "scored once; with --stride S < T each window re-reads T-S tokens of context.\n"
+                   "Prints the mean negative log-likelihood per token (nats), the perplexity\n"
+                   "exp(NLL) and bits per byte = total NLL / ln 2 / the dataset's source bytes.",
+                   opts, NULL, NULL, NULL, 0};
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  if (!data) return GJ_FAIL("--data: required");
+  gj_grid g;
+  gj_model m;
+  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T));
+  if (S == 0) S = T;
+  if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
+  gj_dataset ds;
+  rc = gj_dataset_read(&ds, data, m.c.vocab_size);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("reading %s failed on another rank", data);
+  double t0 = gj_now(), nll;
+  int64_t cnt;
+  GJ_TRY(gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt));
+  double bpb = nll / log(2.0) / (double)ds.n_bytes;
+  gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt, data, (long long)cnt,
+          (long long)T, (long long)S);
+  gj_info("nll %.6f | perplexity %.4f | bits per byte %.6f | %.1f s", nll / cnt, exp(nll / cnt),
+          max_windows ? NAN : bpb, gj_now() - t0);
+  gj_dataset_free(&ds);
+  gj_model_free(&m);
+  gj_grid_free(&g);
+  return 0;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+typedef struct { float v; int32_t i; } cand;
+static int cand_desc(const void *a, const void *b) {
+  float x = ((const cand *)a)->v, y = ((const cand *)b)->v;
+  if (x != y) return x < y ? 1 : -1;
+  return ((const cand *)a)->i - ((const cand *)b)->i;
+}
+
+/* Sample from full logits [V] (same result on every rank: same logits, same seed). */
+static int32_t sample(const float *logits, int64_t V, double temp, int64_t topk, double topp,
+                      uint64_t *rng, cand *work) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < V; j++) if (logits[j] > logits[best]) best = j;
+  if (temp <= 0) return (int32_t)best;
+  for (int64_t j = 0; j < V; j++) work[j].v = logits[j], work[j].i = (int32_t)j;
+  qsort(work, V, sizeof(cand), cand_desc);
+  int64_t k = topk > 0 && topk < V ? topk : V;
+  double mx = work[0].v, sum = 0;
+  for (int64_t j = 0; j < k; j++) sum += exp((work[j].v - mx) / temp);
+  if (topp > 0 && topp < 1) { /* smallest prefix with probability >= topp */
+    double acc = 0;
+    for (int64_t j = 0; j < k; j++) {
+      acc += exp((work[j].v - mx) / temp) / sum;
+      if (acc >= topp) { k = j + 1; break; }
+    }
+    sum = 0;
+    for (int64_t j = 0; j < k; j++) sum += exp((work[j].v - mx) / temp);
+  }
+  double u = (rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+  for (int64_t j = 0; j < k; j++) {
+    acc += exp((work[j].v - mx) / temp);
+    if (u < acc) return work[j].i;
+  }
+  return work[k - 1].i;
+}
+
+int gj_cmd_generate(int argc, char **argv) {
+  const char *ckpt = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
+  int64_t tp = 1, max_new = 64, topk = 0, seed = 1234;
+  double temp = 0.8, topp = 0.95;
+  int print_ids = 0;
+  gj_opt opts[] = {
+      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint, required", 1, 0},
+      {"prompt", GJ_OPT_STR, &prompt, "prompt text", 1, 0},
+      {"prompt-ids", GJ_OPT_STR, &prompt_ids, "prompt as space-separated token ids (instead of --prompt)", 1, 0},
+      {"max-new-tokens", GJ_OPT_I64, &max_new, "tokens to generate at most", 1, 1 << 20},
+      {"temperature", GJ_OPT_F64, &temp, "softmax temperature (0: greedy)", 0, 100},
+      {"top-k", GJ_OPT_I64, &topk, "sample among the k most likely tokens (0: all)", 0, 1 << 20},
+      {"top-p", GJ_OPT_F64, &topp, "nucleus sampling: smallest set with this probability (1: off)", 0, 1},
+      {"seed", GJ_OPT_I64, &seed, "sampling seed", 0, 9e18},
+      {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
+      {"ids", GJ_OPT_FLAG, &print_ids, "print the token ids instead of text", 1, 0},
+      {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {NULL}};
+  gj_cmdline cl = {"gptj generate --checkpoint FILE --prompt TEXT [options]",
+                   "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
+                   "temperature, top-k and top-p. Stops at <|endoftext|> or --max-new-tokens.",
+                   opts, NULL, NULL, NULL, 0};
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  if (!prompt == !prompt_ids) return GJ_FAIL("give one of --prompt or --prompt-ids");
+  gj_tokenizer *tok = NULL;
+  gj_ids ids = {0};
+  if (prompt || !print_ids) rc = gj_tokenizer_load(&tok, dir);
+  if (!rc && prompt) rc = gj_tokenizer_encode(tok, prompt, strlen(prompt), &ids);
+  if (!rc && prompt_ids) {
+    char *p = (char *)prompt_ids, *end;
+    while (!rc && *p) {
+      while (*p == ' ' || *p == ',') p++;
+      if (!*p) break;
+      long v = strtol(p, &end, 10);
+      if (end == p) rc = GJ_FAIL("--prompt-ids: '%s' is not a list of integers", prompt_ids);
+      else rc = gj_ids_push(&ids, (int32_t)v), p = end;
+    }
+  }
+  if (!rc && ids.n == 0) rc = GJ_FAIL("--prompt: empty prompt");
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  gj_grid g;
+  gj_model m;
+  int64_t T = 0;
+  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T));
+  int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
+  for (size_t i = 0; i < ids.n; i++)
+    if (ids.v[i] < 0 || ids.v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids.v[i], (long long)V);
+  if ((int64_t)ids.n + max_new > T + 1) max_new = T + 1 - (int64_t)ids.n;
+  if (max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids.n, (long long)T);
+  float *full = malloc(V * sizeof(float));
+  cand *work = malloc(V * sizeof(cand));
+  uint64_t rng = (uint64_t)seed;
+  int64_t pos = 0, n = (int64_t)ids.n;
+  size_t n_prompt = ids.n;
+  for (int64_t s = 0; s < max_new && !rc; s++) {
+    rc = gj_model_forward_cached(&m, ids.v + pos, n, pos);
+    if (rc) break;
+    pos += n, n = 1;
+    MPI_Allgather(m.a.logits, (int)m.Vl, MPI_FLOAT, full, (int)m.Vl, MPI_FLOAT, g.tp);
+    for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
+    int32_t next = sample(full, V, temp, topk, topp, &rng, work);
+    rc = gj_ids_push(&ids, next);
+    if (next == GJ_EOT_ID && tok) break;
+  }
+  if (!rc && g.rank == 0) {
+    if (print_ids) {
+      for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.v[i]);
+      printf("\n");
+    } else {
+      gj_bytes out = {0};
+      rc = gj_tokenizer_decode(tok, ids.v + n_prompt, ids.n - n_prompt, &out);
+      if (!rc) printf("%s%s\n", prompt ? prompt : "", out.v);
+      free(out.v);
+    }
+    fflush(stdout);
+  }
+  free(full), free(work), free(ids.v);
+  gj_tokenizer_free(tok);
+  gj_model_free(&m);
+  gj_grid_free(&g);
+  return rc;
+}
+
+int gj_cmd_info(int argc, char **argv) {
+  gj_cmdline cl = {"gptj info FILE.h5", "Prints the metadata of a checkpoint or a token dataset.",
+                   (gj_opt[]){{NULL}}, NULL, NULL, NULL, 1};
+  char *pos[1];
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, pos, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  if (np != 1) return GJ_FAIL("expected one file (see --help)");
+  hid_t f;
+  GJ_TRY(gj_h5_open_read(pos[0], &f));
+  char fmt[64] = "";
+  int is_ds = H5Aexists(f, "format") > 0 && !gj_h5_attr_str(f, pos[0], "format", fmt, sizeof fmt) &&
+              !strcmp(fmt, "gptj-mpi-tokens");
+  H5Fclose(f);
+  if (!is_ds) return gj_ckpt_info(pos[0]);
+  gj_dataset d;
+  GJ_TRY(gj_dataset_read(&d, pos[0], 0));
+  printf("file: %s\nformat: gptj-mpi-tokens\ntokenizer: gpt2 (vocab %lld, eot 50256)\n"
+         "documents: %llu\ntokens: %llu\nsource bytes: %llu\nbytes per token: %.4f\n",
+         pos[0], (long long)d.vocab_size, (unsigned long long)d.n_docs,
+         (unsigned long long)d.n_tokens, (unsigned long long)d.n_bytes,
+         d.n_tokens ? (double)d.n_bytes / d.n_tokens : 0.0);
+  gj_dataset_free(&d);
+  return 0;
+}
