@@ -1,0 +1,273 @@
+/* End-to-end training tests, each launching `gptj` (under mpirun where the layout needs it):
+ * layout equivalence for (DP, TP) and over TCP, refusal of bad layouts, exact resume, resume on
+ * other layouts, damaged checkpoints, signals, non-finite steps, and eval/generate. */
+#include <check.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char B_[1024], S_[1024], MPI_[512], DATA[1200], OUT[1200];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* Launch gptj with np ranks (np 0: plain process). */
+static int gptj(int np, const char *args, const char *log) {
+  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
+  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
+}
+
+static int read_losses(const char *run, double *out, int max) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (fgets(line, sizeof line, f) && n < max) {
+    char *l = strstr(line, "\"loss\": ");
+    if (l) out[n++] = atof(l + 8);
+  }
+  fclose(f);
+  return n;
+}
+
+static const char *COMMON = "--preset tiny --seq-len 32 --lr 1e-3 --warmup 3 --decay-steps 20 --seed 7";
+
+static void run_layout(const char *name, int dp, int tp, const char *extra, double *loss, int steps) {
+  char args[2048], run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/%s", OUT, name);
+  snprintf(log, sizeof log, "%s/%s.log", OUT, name);
+  sh("rm -rf %s", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps %d --micro-batch %d --tp %d --run-dir %s %s",
+           COMMON, DATA, steps, 8 / dp, tp, run, extra);
+  int rc = gptj(dp * tp == 1 ? 0 : dp * tp, args, log);
+  if (rc) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(read_losses(run, loss, 64), steps);
+}
+
+static void expect_same(const double *ref, const double *got, int n, const char *what) {
+  for (int i = 0; i < n; i++) {
+    double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
+    ck_assert_msg(rel <= (i == 0 ? 1e-5 : 1e-4), "%s: step %d loss %.8g vs %.8g (rel %.2e)", what,
+                  i + 1, got[i], ref[i], rel);
+  }
+}
+
+START_TEST(test_layouts) {
+  double ref[64], got[64];
+  run_layout("l11", 1, 1, "", ref, 20);
+  struct { int dp, tp; const char *extra; } lay[] = {
+      {2, 1, ""}, {1, 2, ""}, {2, 2, ""}, {4, 1, ""}, {1, 4, ""},
+      {2, 2, "--grad-accum 4 --micro-batch 1"}, /* 1 x 4 x DP 2 = the same global batch */
+  };
+  for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "l%d%d_%zu", lay[i].dp, lay[i].tp, i);
+    run_layout(name, lay[i].dp, lay[i].tp, lay[i].extra, got, 20);
+    expect_same(ref, got, 20, name);
+  }
+}
+END_TEST
+
+START_TEST(test_tcp) {
+  double ref[64], got[64];
+  run_layout("t11", 1, 1, "", ref, 20);
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", MPI_);
+  snprintf(MPI_, sizeof MPI_, "%s --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo", saved);
+  run_layout("t22", 2, 2, "", got, 20);
+  snprintf(MPI_, sizeof MPI_, "%s", saved);
+  expect_same(ref, got, 20, "tcp (2,2)");
+}
+END_TEST
+
+START_TEST(test_bad_layout) {
+  char args[2048], log[1400], line[2048];
+  snprintf(log, sizeof log, "%s/badtp.log", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 2 --tp 3 --run-dir %s/badtp", COMMON, DATA, OUT);
+  ck_assert_int_ne(gptj(4, args, log), 0);
+  FILE *f = fopen(log, "r");
+  int errors = 0, found = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strstr(line, "error:")) errors++;
+    if (strstr(line, "--tp 3 does not divide the number of ranks 4")) found = 1;
+  }
+  fclose(f);
+  ck_assert_msg(found && errors == 1, "expected one error line naming --tp 3 and 4 ranks");
+  /* TP that does not divide n_head (4) on 3 ranks */
+  snprintf(args, sizeof args, "train %s --data %s --steps 2 --tp 3 --run-dir %s/badtp", COMMON, DATA, OUT);
+  ck_assert_int_ne(gptj(3, args, log), 0);
+  ck_assert_int_eq(sh("grep -q -- '--tp 3 does not divide n_head 4' %s", log), 0);
+}
+END_TEST
+
+/* 10 uninterrupted steps vs 5 + resume + 5 at (2,2): identical losses and parameters. */
+START_TEST(test_resume_exact) {
+  double a[64], b[64];
+  run_layout("ra", 2, 2, "", a, 10);
+  run_layout("rb", 2, 2, "", b, 5);
+  char args[2048], log[1400], run[1300];
+  snprintf(run, sizeof run, "%s/rb", OUT);
+  snprintf(log, sizeof log, "%s/rb2.log", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 10 --micro-batch 4 --tp 2 --run-dir %s --resume auto",
+           COMMON, DATA, run);
+  ck_assert_int_eq(gptj(4, args, log), 0);
+  ck_assert_int_eq(read_losses(run, b, 64), 10);
+  for (int i = 0; i < 10; i++) ck_assert_msg(a[i] == b[i], "step %d: %.9g vs %.9g", i + 1, a[i], b[i]);
+  /* parameters and moments bit-identical */
+  ck_assert_int_eq(sh("cd %s && for d in /model/lm_head.weight /model/transformer.h.1.mlp.fc_out.weight "
+                      "/optim/exp_avg_sq/transformer.h.0.attn.q_proj.weight; do "
+                      "cmp -s <(h5dump -d $d ra/ckpt-00000010.h5 | tail -n +3) "
+                      "<(h5dump -d $d rb/ckpt-00000010.h5 | tail -n +3) || exit 1; done", OUT), 0);
+}
+END_TEST
+
+/* A checkpoint written at (2,2) resumes at (1,4), (4,1) and (1,1). */
+START_TEST(test_resume_other_layouts) {
+  double a[64], b[64];
+  run_layout("xa", 2, 2, "", a, 8);
+  run_layout("xb", 2, 2, "", b, 4);
+  int lays[3][2] = {{1, 4}, {4, 1}, {1, 1}};
+  for (int i = 0; i < 3; i++) {
+    char args[2048], log[1400], run[1300];
+    snprintf(run, sizeof run, "%s/x%d%d", OUT, lays[i][0], lays[i][1]);
+    snprintf(log, sizeof log, "%s.log", run);
+    sh("rm -rf %s && mkdir -p %s && cp %s/xb/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && cp %s/xb/metrics.jsonl %s/",
+       run, run, OUT, run, run, OUT, run);
+    int np = lays[i][0] * lays[i][1];
+    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto",
+             COMMON, DATA, 8 / lays[i][0], lays[i][1], run);
+    int rc = gptj(np == 1 ? 0 : np, args, log);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(read_losses(run, b, 64), 8);
+    expect_same(a, b, 8, run);
+  }
+}
+END_TEST
+
+START_TEST(test_damaged_checkpoints) {
+  double a[64];
+  run_layout("da", 1, 1, "--save-every 2 --keep-checkpoints 5", a, 6);
+  char args[2048], log[1400], run[1300];
+  snprintf(run, sizeof run, "%s/da", OUT);
+  snprintf(log, sizeof log, "%s/da2.log", OUT);
+  /* corrupt a byte in the middle of the newest checkpoint (tensor data) */
+  sh("cd %s && f=ckpt-00000006.h5 && s=$(stat -c %%s $f) && printf '\\x55\\xaa' | dd of=$f bs=1 seek=$((s/2)) conv=notrunc status=none", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch 8 --run-dir %s --resume auto --keep-checkpoints 5",
+           COMMON, DATA, run);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'cannot resume from .*ckpt-00000006.h5' %s && grep -q 'resumed from .*ckpt-00000004.h5' %s", log, log), 0);
+  /* a truncated checkpoint is refused with a message naming it */
+  sh("cd %s && head -c 100000 ckpt-00000008.h5 > trunc.h5", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps 9 --run-dir %s --resume %s/trunc.h5", COMMON, DATA, run, run);
+  ck_assert_int_ne(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'trunc.h5' %s", log), 0);
+  /* a checkpoint of another model shape is refused naming the key */
+  snprintf(args, sizeof args, "train %s --n_embd 128 --data %s --steps 9 --run-dir %s/other --resume %s/ckpt-00000008.h5",
+           COMMON, DATA, OUT, run);
+  ck_assert_int_ne(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'n_embd = 64, this run has 128' %s", log), 0);
+}
+END_TEST
+
+/* kill -9 while checkpoints are being written: the last complete one stays loadable. */
+START_TEST(test_kill_during_save) {
+  char run[1300], log[1400], args[2048];
+  snprintf(run, sizeof run, "%s/kill", OUT);
+  snprintf(log, sizeof log, "%s/kill.log", OUT);
+  sh("rm -rf %s", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps 100000 --micro-batch 8 --run-dir %s --save-every 1 --keep-checkpoints 2",
+           COMMON, DATA, run);
+  for (int trial = 0; trial < 3; trial++) {
+    sh("(setsid %s -np 2 %s/gptj %s --tp 2 --resume auto >>%s 2>&1 & echo $! > %s/pid) ; sleep %.2f; "
+       "kill -9 -$(cat %s/pid) 2>/dev/null; sleep 0.5",
+       MPI_, B_, args, log, OUT, 3.0 + 0.37 * trial, OUT);
+    /* resume must find a good checkpoint and go on */
+    char a2[2048];
+    snprintf(a2, sizeof a2, "train %s --data %s --steps 1 --micro-batch 8 --run-dir %s --resume auto --keep-checkpoints 2",
+             COMMON, DATA, run);
+    ck_assert_int_eq(sh("test -f %s/latest", run), 0);
+    int rc = gptj(0, a2, log);
+    /* --steps 1 is behind the checkpoint's step: the run ends at once, after loading */
+    ck_assert_msg(rc == 0, "resume after kill -9 failed (trial %d)", trial);
+    ck_assert_int_eq(sh("grep -q 'resumed from' %s", log), 0);
+  }
+}
+END_TEST
+
+START_TEST(test_signal_stop) {
+  char run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/sig", OUT);
+  snprintf(log, sizeof log, "%s/sig.log", OUT);
+  sh("rm -rf %s", run);
+  int rc = sh("%s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --run-dir %s >%s 2>&1 & p=$!; "
+              "for i in $(seq 100); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; kill -USR1 $p; wait $p",
+              MPI_, B_, COMMON, DATA, run, log, log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(sh("grep -q 'signal: stopped at step' %s && test -f %s/latest", log, run), 0);
+}
+END_TEST
+
+START_TEST(test_nan_steps) {
+  char args[2048], log[1400];
+  snprintf(log, sizeof log, "%s/nan.log", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan --debug-nan-step 3",
+           COMMON, DATA, OUT);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'step 3: non-finite' %s", log), 0);
+  snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan2 --debug-nan-step 3 --max-bad-steps 1",
+           COMMON, DATA, OUT);
+  ck_assert_int_eq(gptj(0, args, log), 1);
+  ck_assert_int_eq(sh("grep -q 'non-finite steps in a row' %s", log), 0);
+}
+END_TEST
+
+int main(void) {
+  snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
+  snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
+  snprintf(MPI_, sizeof MPI_, "%s", tu_env("GJ_MPIRUN", "mpirun"));
+  snprintf(OUT, sizeof OUT, "%s/tests/out/train", B_);
+  snprintf(DATA, sizeof DATA, "%s/valid.h5", OUT);
+  sh("mkdir -p %s", OUT);
+  if (sh("%s/gptj tokenize --out %s %s/data/brown-valid.txt >/dev/null", B_, DATA, S_)) return 1;
+  Suite *s = suite_create("train");
+  TCase *tc = tcase_create("train");
+  tcase_set_timeout(tc, 900);
+  tcase_add_test(tc, test_layouts);
+  tcase_add_test(tc, test_tcp);
+  tcase_add_test(tc, test_bad_layout);
+  tcase_add_test(tc, test_resume_exact);
+  tcase_add_test(tc, test_resume_other_layouts);
+  tcase_add_test(tc, test_damaged_checkpoints);
+  tcase_add_test(tc, test_kill_during_save);
+  tcase_add_test(tc, test_signal_stop);
+  tcase_add_test(tc, test_nan_steps);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
