@@ -79,7 +79,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   if (Tcap > c.n_positions) return GJ_FAIL("%s: generation longer than n_positions", in);
 
   gj_model m;
-  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap));
+  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0));
   GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
   int64_t N = B * T;
   int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
@@ -161,10 +161,10 @@ static int run(int argc, char **argv, gj_grid *g) {
     gj_model_zero_grads(&m);
     GJ_TRY(gj_model_forward(&m, ids, tg, B, T, 0.0f, &loss_sum, &nv));
     GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f));
-    double sumsq = gj_grad_sumsq(&m.lay, m.grads, g->tp_rank);
+    double sumsq = gj_grad_sumsq(&m.lay, m.grads, g->tp_rank, 0, m.lay.numel);
     GJ_TRY(gj_allreduce_sum_f64(g->tp, &sumsq, 1));
     double norm = sqrt(sumsq);
-    gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, &hp, t, hp.lr,
+    gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, 0, m.lay.numel, &hp, t, hp.lr,
                     gj_clip_coef(norm, hp.grad_clip));
     gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, loss_sum / nv, norm);
     if (g->rank == 0) {

@@ -80,6 +80,7 @@ START_TEST(test_layouts) {
   struct { int dp, tp; const char *extra; } lay[] = {
       {2, 1, ""}, {1, 2, ""}, {2, 2, ""}, {4, 1, ""}, {1, 4, ""},
       {2, 2, "--grad-accum 4 --micro-batch 1"}, /* 1 x 4 x DP 2 = the same global batch */
+      {2, 2, "--zero 1"}, {4, 1, "--zero 1"},
   };
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
     char name[64];
@@ -143,21 +144,25 @@ START_TEST(test_resume_exact) {
 }
 END_TEST
 
-/* A checkpoint written at (2,2) resumes at (1,4), (4,1) and (1,1). */
+/* A checkpoint written at (2,2) resumes at (1,4), (4,1) and (1,1), with and without ZeRO-1
+ * on either side. */
 START_TEST(test_resume_other_layouts) {
   double a[64], b[64];
   run_layout("xa", 2, 2, "", a, 8);
   run_layout("xb", 2, 2, "", b, 4);
-  int lays[3][2] = {{1, 4}, {4, 1}, {1, 1}};
-  for (int i = 0; i < 3; i++) {
+  run_layout("xz", 2, 2, "--zero 1", b, 4);
+  struct { int dp, tp; const char *from, *extra; } lays[] = {
+      {1, 4, "xb", ""}, {4, 1, "xb", ""}, {1, 1, "xb", ""}, {4, 1, "xb", "--zero 1"},
+      {1, 1, "xz", ""}, {2, 2, "xz", "--zero 1"}, {1, 4, "xz", ""}};
+  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
     char args[2048], log[1400], run[1300];
-    snprintf(run, sizeof run, "%s/x%d%d", OUT, lays[i][0], lays[i][1]);
+    snprintf(run, sizeof run, "%s/x%zu_%d%d", OUT, i, lays[i].dp, lays[i].tp);
     snprintf(log, sizeof log, "%s.log", run);
-    sh("rm -rf %s && mkdir -p %s && cp %s/xb/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && cp %s/xb/metrics.jsonl %s/",
-       run, run, OUT, run, run, OUT, run);
-    int np = lays[i][0] * lays[i][1];
-    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto",
-             COMMON, DATA, 8 / lays[i][0], lays[i][1], run);
+    sh("rm -rf %s && mkdir -p %s && cp %s/%s/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && cp %s/%s/metrics.jsonl %s/",
+       run, run, OUT, lays[i].from, run, run, OUT, lays[i].from, run);
+    int np = lays[i].dp * lays[i].tp;
+    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto %s",
+             COMMON, DATA, 8 / lays[i].dp, lays[i].tp, run, lays[i].extra);
     int rc = gptj(np == 1 ? 0 : np, args, log);
     if (rc) sh("cat %s >&2", log);
     ck_assert_int_eq(rc, 0);

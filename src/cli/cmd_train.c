@@ -31,7 +31,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 typedef struct {
   const char *data, *valid_data, *run_dir, *resume;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
-  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan;
+  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time;
 } train_opts;
 
@@ -43,6 +43,7 @@ static gj_opt *train_table(train_opts *o) {
       {"run-dir", GJ_OPT_STR, &o->run_dir, "directory for config, metrics.jsonl and checkpoints", 1, 0},
       {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
+      {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks", 0, 1},
       {"micro-batch", GJ_OPT_I64, &o->micro_batch, "sequences per rank per forward", 1, 1 << 20},
       {"grad-accum", GJ_OPT_I64, &o->grad_accum, "micro-batches per step (global batch = micro-batch x grad-accum x DP)", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &o->seq_len, "tokens per sequence (0: n_positions)", 0, 1 << 20},
@@ -202,7 +203,7 @@ int gj_cmd_train(int argc, char **argv) {
                    o.data, (long long)G, (unsigned long long)loader.n_windows, (long long)T + 1);
 
   gj_model m;
-  rc = gj_model_create(&m, &c, &g, B, T);
+  rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
   if (g.rank == 0) mkdirs(o.run_dir);
@@ -231,7 +232,7 @@ int gj_cmd_train(int argc, char **argv) {
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("cannot open metrics.jsonl");
 
   gj_dp_sync dp;
-  GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.lay.numel, 0));
+  GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
   double flops_tok = gj_flops_per_token(&c, T);
   double sgemm = gj_sgemm_rate(GJ_MIN(B * T, 2048), GJ_MIN(c.n_inner / g.tp_size, 4096), c.n_embd, 0.2);
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
@@ -267,24 +268,33 @@ int gj_cmd_train(int argc, char **argv) {
       int64_t nv;
       rc = gj_model_forward(&m, ids, tg, B, T, (float)o.zloss, &ls, &nv);
       loss_sum += ls;
-      m.grad_ready = a == A - 1 ? gj_dp_ready : NULL;
+      m.grad_ready = a == A - 1 && !m.zero ? gj_dp_ready : NULL;
       m.grad_ready_ctx = &dp;
       if (!rc) rc = gj_model_backward(&m, scale, (float)o.zloss);
     }
     m.grad_ready = NULL;
-    if (!rc) rc = gj_dp_finish(&dp);
+    if (!rc) rc = m.zero ? gj_dp_reduce_scatter(&dp, m.zero_n) : gj_dp_finish(&dp);
     if (rc) break;
-    if (o.inject_nan == step) m.grads[0] = NAN;
-    double red[2] = {loss_sum, gj_grad_sumsq(&m.lay, m.grads, g.tp_rank)};
-    rc = gj_allreduce_sum_f64(g.dp, red, 1);  /* loss over DP */
-    if (!rc) rc = gj_allreduce_sum_f64(g.tp, red + 1, 1); /* grad norm over TP shards */
+    if (o.inject_nan == step) m.grads[m.zero_lo] = NAN;
+    /* Loss summed over DP; squared gradient norm over this rank's reduced range, then over
+     * the TP shards (and, under ZeRO, over the DP ranges). */
+    double red[2] = {loss_sum, gj_grad_sumsq(&m.lay, m.grads, g.tp_rank, m.zero_lo, m.zero_n)};
+    if (m.zero) { /* every rank holds a distinct range: sum both over the world */
+      rc = gj_allreduce_sum_f64(g.world, red, 2);
+      red[0] /= g.tp_size; /* each DP rank's loss was counted once per TP rank */
+    } else {      /* gradients are replicated over DP: the norm sums over TP only */
+      rc = gj_allreduce_sum_f64(g.dp, red, 1);
+      if (!rc) rc = gj_allreduce_sum_f64(g.tp, red + 1, 1);
+    }
     if (rc) break;
     double loss = red[0] / ((double)G * T), norm = sqrt(red[1]);
     double lr = gj_schedule_lr(&sched, step);
     int finite = isfinite(loss) && isfinite(norm);
     if (finite) {
-      gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, &hp, step, lr,
+      gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, m.zero_lo, m.zero_n, &hp, step, lr,
                       gj_clip_coef(norm, o.clip));
+      if (m.zero) rc = gj_dp_allgather(&dp, m.params, m.zero_n);
+      if (rc) break;
       bad = 0;
     } else {
       bad++;

@@ -109,6 +109,37 @@ static int read_slice(hid_t f, const char *fname, const char *path, const gj_ten
   return 0;
 }
 
+/* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges. Gather
+ * its whole local slice into out (all DP ranks), or scatter a whole slice back (keep the
+ * owned part). */
+static int zero_counts(const gj_model *m, const gj_tensor *t, int *cnt, int *dsp) {
+  size_t P = m->zero_n;
+  for (int r = 0; r < m->g->dp_size; r++) {
+    size_t lo = GJ_MAX(t->offset, r * P), hi = GJ_MIN(t->offset + t->numel, (r + 1) * P);
+    cnt[r] = hi > lo ? (int)(hi - lo) : 0;
+    dsp[r] = hi > lo ? (int)(lo - t->offset) : 0;
+  }
+  return t->numel > (size_t)INT32_MAX ? GJ_FAIL("tensor %s too large for ZeRO staging", t->name) : 0;
+}
+
+static int zero_gather(gj_model *m, const gj_tensor *t, const float *shard, float *out) {
+  int dp = m->g->dp_size, me = m->g->dp_rank;
+  int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
+  int rc = zero_counts(m, t, cnt, dsp);
+  if (!rc) {
+    const float *mine = shard + (t->offset + dsp[me]) - m->zero_lo;
+    int e = MPI_Allgatherv(cnt[me] ? mine : shard, cnt[me], MPI_FLOAT, out, cnt, dsp, MPI_FLOAT, m->g->dp);
+    if (e != MPI_SUCCESS) rc = gj_mpi_fail(e, "MPI_Allgatherv(moments)");
+  }
+  free(cnt);
+  return rc;
+}
+
+static void zero_keep(gj_model *m, const gj_tensor *t, const float *full, float *shard) {
+  size_t lo = GJ_MAX(t->offset, m->zero_lo), hi = GJ_MIN(t->offset + t->numel, m->zero_lo + m->zero_n);
+  for (size_t k = lo; k < hi; k++) shard[k - m->zero_lo] = full[k - t->offset];
+}
+
 static const char *cfg_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
                                  "rotary_dim", "n_inner"};
 
@@ -169,11 +200,25 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   char p[512];
   const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
+  float *stage = NULL;
+  if (m->zero) {
+    size_t mx = 0;
+    for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
+    stage = malloc(mx * sizeof(float));
+    if (!stage) rc = GJ_FAIL("out of memory staging moments");
+  }
   for (int b = 0; b < 3 && !rc; b++)
     for (int i = 0; i < m->lay.n && !rc; i++) {
-      snprintf(p, sizeof p, "%s%s", prefix[b], m->lay.t[i].name);
-      rc = write_tensor(f, p, g, &m->lay.t[i], blocks[b] + m->lay.t[i].offset, compress, dxpl);
+      const gj_tensor *t = &m->lay.t[i];
+      const float *src = blocks[b] + t->offset - (b ? m->zero_lo : 0);
+      snprintf(p, sizeof p, "%s%s", prefix[b], t->name);
+      if (b && m->zero) {
+        rc = zero_gather(m, t, blocks[b], stage);
+        src = stage;
+      }
+      if (!rc) rc = write_tensor(f, p, g, t, src, compress, dxpl);
     }
+  free(stage);
   H5Pclose(dxpl);
   if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
   if (g->rank == 0 && !rc) {
@@ -254,12 +299,19 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   char p[512];
   const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
+  float *stage = NULL;
+  if (m->zero) {
+    size_t mx = 0;
+    for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
+    stage = malloc(mx * sizeof(float));
+    if (!stage) return GJ_FAIL("out of memory staging moments");
+  }
   /* Every rank reads (and checks) every tensor; collectives inside stay in step because a
    * failure is agreed on before the next tensor. */
   for (int b = 0; b < (with_optim ? 3 : 1); b++)
     for (int i = 0; i < m->lay.n; i++) {
       const gj_tensor *t = &m->lay.t[i];
-      float *local = blocks[b] + t->offset;
+      float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
       uint32_t want = 0, got = 0;
       snprintf(p, sizeof p, "%s%s", prefix[b], t->name);
       if (!rc) rc = read_slice(f, path, p, t, local, &want);
@@ -270,9 +322,12 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
       }
       if (gj_agree(g->world, rc)) {
         H5Fclose(f);
+        free(stage);
         return rc ? rc : GJ_FAIL("%s: %s unreadable on another rank", path, p);
       }
+      if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
     }
+  free(stage);
   if (!rc && with_optim) {
     hid_t go = H5Gopen2(f, "optim", H5P_DEFAULT), gl = H5Gopen2(f, "loader", H5P_DEFAULT);
     if (go < 0 || gl < 0) rc = GJ_FAIL("%s: missing /optim or /loader", path);

@@ -28,7 +28,8 @@ static void *arena_alloc(size_t bytes) {
   return p;
 }
 
-int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax) {
+int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
+                    int zero) {
   memset(m, 0, sizeof *m);
   GJ_TRY(gj_config_validate(c));
   if (Tmax > c->n_positions)
@@ -46,11 +47,16 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   m->Bmax = Bmax, m->Tmax = Tmax;
   m->nthreads = omp_get_max_threads();
 
-  size_t np = m->lay.numel;
-  m->arena_bytes = 4 * np * sizeof(float);
+  size_t np = m->lay.numel, P = np;
+  m->zero = zero && g->dp_size > 1;
+  if (m->zero) P = (np + g->dp_size - 1) / g->dp_size, P = (P + 15) / 16 * 16, np = P * g->dp_size;
+  m->numel_pad = np;
+  m->zero_lo = m->zero ? P * g->dp_rank : 0;
+  m->zero_n = P;
+  m->arena_bytes = (2 * np + 2 * P) * sizeof(float);
   m->arena = arena_alloc(m->arena_bytes);
   if (!m->arena) return GJ_FAIL("out of memory: parameter arena of %zu bytes", m->arena_bytes);
-  m->params = m->arena, m->grads = m->arena + np, m->m = m->arena + 2 * np, m->v = m->arena + 3 * np;
+  m->params = m->arena, m->grads = m->arena + np, m->m = m->arena + 2 * np, m->v = m->m + P;
   m->P.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
   m->G.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
   if (!m->P.h || !m->G.h) return GJ_FAIL("out of memory");
@@ -96,7 +102,7 @@ void gj_model_free(gj_model *m) {
   memset(m, 0, sizeof *m);
 }
 
-void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->lay.numel * sizeof(float)); }
+void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeof(float)); }
 
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {

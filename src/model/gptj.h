@@ -43,7 +43,10 @@ typedef struct {
   gj_layout lay;
   int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
   float *arena;               /* params | grads | exp_avg | exp_avg_sq */
-  float *params, *grads, *m, *v;
+  float *params, *grads;      /* numel_pad floats each, laid out by lay */
+  float *m, *v;               /* AdamW moments of the flat range [zero_lo, zero_lo + zero_n) */
+  size_t numel_pad, zero_lo, zero_n;
+  int zero;                   /* ZeRO-1: moments sharded over the DP group */
   gj_ptrs P, G;
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;
@@ -56,8 +59,11 @@ typedef struct {
   void *grad_ready_ctx;
 } gj_model;
 
-/* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them. */
-int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax);
+/* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them.
+ * zero = 1: ZeRO-1, DP rank r keeps the AdamW moments of the flat range [r P, (r+1) P) of
+ * this TP rank's parameter block only (P = numel_pad / dp). */
+int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
+                    int zero);
 void gj_model_free(gj_model *m);
 
 /* Forward over ids [B, T] with targets [B, T] (< 0: not scored). *loss_sum is the summed

@@ -2,20 +2,29 @@
 
 #include <math.h>
 
+#include "common.h"
+
 void gj_adamw_defaults(gj_adamw_hp *hp) {
   hp->lr = 6e-4, hp->beta1 = 0.9, hp->beta2 = 0.999, hp->eps = 1e-8;
   hp->weight_decay = 0.1, hp->grad_clip = 1.0;
 }
 
-double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank) {
+/* The part [a, b) of tensor t that falls in the flat range [lo, hi); returns 0 if empty. */
+static int clip_range(const gj_tensor *t, size_t lo, size_t hi, size_t *a, size_t *b) {
+  *a = GJ_MAX(t->offset, lo);
+  *b = GJ_MIN(t->offset + t->numel, hi);
+  return *a < *b;
+}
+
+double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n) {
   double total = 0;
   for (int i = 0; i < l->n; i++) {
     const gj_tensor *t = &l->t[i];
-    if (t->shard == GJ_SHARD_NONE && tp_rank != 0) continue;
-    const float *g = grads + t->offset;
+    size_t a, b;
+    if ((t->shard == GJ_SHARD_NONE && tp_rank != 0) || !clip_range(t, lo, lo + n, &a, &b)) continue;
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t k = 0; k < t->numel; k++) s += (double)g[k] * g[k];
+    for (size_t k = a; k < b; k++) s += (double)grads[k] * grads[k];
     total += s;
   }
   return total;
@@ -43,13 +52,15 @@ void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, flo
 }
 
 void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
-                     const gj_adamw_hp *hp, int64_t t, double lr, double clip_coef) {
+                     size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t, double lr,
+                     double clip_coef) {
   float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
   float bc2s = (float)sqrt(1.0 - pow(hp->beta2, (double)t));
   for (int i = 0; i < l->n; i++) {
     const gj_tensor *ti = &l->t[i];
-    size_t o = ti->offset;
-    gj_adamw_kernel(p + o, g + o, m + o, v + o, ti->numel, (float)lr, (float)hp->beta1,
+    size_t a, b;
+    if (!clip_range(ti, lo, lo + n, &a, &b)) continue;
+    gj_adamw_kernel(p + a, g + a, m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
                     (float)hp->beta2, (float)hp->eps, ti->decay ? (float)hp->weight_decay : 0.0f,
                     bc1, bc2s, (float)clip_coef);
   }

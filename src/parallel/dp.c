@@ -11,10 +11,11 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_
   s->bucket = bucket_floats ? bucket_floats : ((size_t)1 << 22); /* 16 MB */
   s->cap = (int)(n / s->bucket + 2 + 1024);
   s->req = malloc(s->cap * sizeof(MPI_Request));
-  return s->req ? 0 : GJ_FAIL("out of memory");
+  s->tmp = malloc(s->bucket * sizeof(float));
+  return s->req && s->tmp ? 0 : GJ_FAIL("out of memory");
 }
 
-void gj_dp_free(gj_dp_sync *s) { free(s->req); }
+void gj_dp_free(gj_dp_sync *s) { free(s->req), free(s->tmp); }
 
 void gj_dp_begin(gj_dp_sync *s) {
   s->posted_lo = s->n;
@@ -60,5 +61,39 @@ int gj_dp_finish(gj_dp_sync *s) {
   s->wait_s = gj_now() - t0;
   s->nreq = 0;
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
+  return 0;
+}
+
+/* Both ZeRO collectives go in pieces of C floats per rank (a bucket in all), staged through
+ * tmp so that MPI sees contiguous blocks and Open MPI never allocates a huge temporary. */
+int gj_dp_reduce_scatter(gj_dp_sync *s, size_t P) {
+  gj_grid *g = s->g;
+  int dp = g->dp_size, me = g->dp_rank;
+  if (dp == 1) return 0;
+  size_t C = s->bucket / dp;
+  double t0 = gj_now();
+  for (size_t k = 0; k < P; k += C) {
+    size_t c = GJ_MIN(C, P - k);
+    for (int r = 0; r < dp; r++) memcpy(s->tmp + r * c, s->grads + r * P + k, c * sizeof(float));
+    int rc = MPI_Reduce_scatter_block(s->tmp, s->grads + me * P + k, (int)c, MPI_FLOAT, MPI_SUM, g->dp);
+    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Reduce_scatter_block(gradients)");
+  }
+  s->wait_s = gj_now() - t0;
+  s->bytes = (double)P * dp * sizeof(float);
+  return 0;
+}
+
+int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
+  gj_grid *g = s->g;
+  int dp = g->dp_size, me = g->dp_rank;
+  if (dp == 1) return 0;
+  size_t C = s->bucket / dp;
+  for (size_t k = 0; k < P; k += C) {
+    size_t c = GJ_MIN(C, P - k);
+    int rc = MPI_Allgather(buf + me * P + k, (int)c, MPI_FLOAT, s->tmp, (int)c, MPI_FLOAT, g->dp);
+    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Allgather(parameters)");
+    for (int r = 0; r < dp; r++)
+      if (r != me) memcpy(buf + r * P + k, s->tmp + r * c, c * sizeof(float));
+  }
   return 0;
 }

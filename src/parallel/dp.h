@@ -19,6 +19,7 @@ typedef struct {
   size_t bucket;     /* floats per bucket */
   double wait_s;     /* exposed wait of the last finish */
   double bytes;      /* bytes of gradients reduced by this rank in the last step */
+  float *tmp;        /* ZeRO-1 staging: one bucket */
 } gj_dp_sync;
 
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_floats);
@@ -30,5 +31,11 @@ void gj_dp_begin(gj_dp_sync *s);
 int gj_dp_ready(void *s, size_t lo);
 /* Start whatever remains and wait for everything. */
 int gj_dp_finish(gj_dp_sync *s);
+
+/* ZeRO-1. The block is split into dp contiguous ranges of P floats (n = P dp). */
+/* Sum the gradients over DP so that rank r's range [r P, (r+1) P) holds the sums. */
+int gj_dp_reduce_scatter(gj_dp_sync *s, size_t P);
+/* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters). */
+int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P);
 
 #endif
