@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 static char errmsg[GJ_ERRMSG_MAX];
 static char errwhere[128];
@@ -89,4 +91,21 @@ double gj_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+char *openblas_get_corename(void);
+
+const char *gj_blas_core(void) { return openblas_get_corename(); }
+
+void gj_blas_select_kernel(char **argv) {
+  if (getenv("OPENBLAS_CORETYPE") || getenv("GJ_BLAS_REEXEC")) return;
+  const char *core = openblas_get_corename();
+  int generic = !strcasecmp(core, "Prescott") || !strcasecmp(core, "Core2") ||
+                !strcasecmp(core, "Nehalem") || !strcasecmp(core, "Katmai");
+  __builtin_cpu_init();
+  if (!generic || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  setenv("GJ_BLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  /* exec failed: go on with the generic kernel */
 }

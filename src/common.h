@@ -42,6 +42,14 @@ int gj_parse_f64(const char *s, double *out);
 
 double gj_now(void); /* monotonic seconds */
 
+/* OpenBLAS 0.3.21 does not know recent Intel cores and falls back to its slow generic
+ * (Prescott, SSE3) sgemm. If OPENBLAS_CORETYPE is unset, the library chose such a generic core
+ * and the CPU has AVX2 and FMA, re-execute this program with OPENBLAS_CORETYPE=Haswell (the
+ * kernel DESIGN.md expects). A value set by the user is never changed. Call first in main. */
+void gj_blas_select_kernel(char **argv);
+/* The OpenBLAS core in use (e.g. "Haswell"). */
+const char *gj_blas_core(void);
+
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
 

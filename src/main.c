@@ -23,6 +23,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  gj_blas_select_kernel(argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -187,6 +187,7 @@ static int run(int argc, char **argv, gj_grid *g) {
 }
 
 int main(int argc, char **argv) {
+  gj_blas_select_kernel(argv);
   MPI_Init(&argc, &argv);
   gj_grid g;
   memset(&g, 0, sizeof g);

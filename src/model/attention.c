@@ -6,6 +6,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "model/fastmath.h"
+
 size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
   return (size_t)nthreads * 2 * GJ_ATTN_QBLOCK * (size_t)Tk;
 }
@@ -32,16 +34,19 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
         float *s = S + r * nk;
         int64_t nv = pos0 + i0 + r + 1; /* visible keys */
         float mx = -INFINITY;
-        for (int64_t j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
-        double sum = 0;
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < nv; j++) mx = gj_maxf(mx, s[j]);
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < nv; j++) {
-          s[j] = expf(s[j] - mx);
+          s[j] = gj_expf(s[j] - mx);
           sum += s[j];
         }
-        float inv = (float)(1.0 / sum);
+        float inv = 1.0f / sum;
+#pragma omp simd
         for (int64_t j = 0; j < nv; j++) s[j] *= inv;
         for (int64_t j = nv; j < nk; j++) s[j] = 0.0f;
-        if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + (float)log(sum);
+        if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + logf(sum);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)qb, (int)Hd, (int)nk, 1.0f, S,
                   (int)nk, Vv, (int)ldk, 0.0f, O + i0 * ldo, (int)ldo);
@@ -81,8 +86,9 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
         for (int64_t d = 0; d < Hd; d++) Di += dor[d] * o[d];
         int64_t nv = i0 + r + 1;
         float l = L[i0 + r];
+#pragma omp simd
         for (int64_t j = 0; j < nv; j++) {
-          p[j] = expf(p[j] - l);
+          p[j] = gj_expf(p[j] - l);
           ds[j] = p[j] * (ds[j] - Di);
         }
         for (int64_t j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
