@@ -17,6 +17,8 @@ if ! make -j"$(nproc)" check; then
   exit 1
 fi
 cat tests/*.log | grep -E '^(golden|[0-9]+%)' || true
+echo "== Slurm (a real one-node cluster from ../shared/tools/local-slurm)"
+bash "$top/tests/slurm-test.sh" "$build"
 echo "== make distcheck"
 make -s -j"$(nproc)" distcheck >distcheck.log 2>&1 || { tail -n 60 distcheck.log >&2; echo "error: make distcheck failed" >&2; exit 1; }
 echo "all tests passed in $(( $(date +%s) - start )) s"

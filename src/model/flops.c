@@ -29,3 +29,18 @@ double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds) {
   free(a), free(b), free(c);
   return best;
 }
+
+double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double sec) {
+  int64_t D = c->n_embd, Dl = D / tp, Fl = c->n_inner / tp, Vl = c->vocab_size / tp;
+  struct { int64_t M, Nn, K; double count; } sh[] = {
+      {N, Dl, D, 3.0 * c->n_layer}, {N, D, Dl, (double)c->n_layer}, {N, Fl, D, (double)c->n_layer},
+      {N, D, Fl, (double)c->n_layer}, {N, Vl, D, 1.0}};
+  double flops = 0, time = 0;
+  for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+    double f = 2.0 * sh[i].M * sh[i].Nn * sh[i].K * sh[i].count;
+    double r = gj_sgemm_rate(sh[i].M, sh[i].Nn, sh[i].K, sec);
+    if (r <= 0) return 0;
+    flops += f, time += f / r;
+  }
+  return flops / time;
+}

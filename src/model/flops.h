@@ -13,4 +13,8 @@ double gj_flops_per_token(const gj_config *c, int64_t T);
  * of at least min_seconds in all, at the current thread count. */
 double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds);
 
+/* sgemm FLOP/s on the model's own forward GEMM shapes for N tokens on TP rank shards
+ * (q, k, v, out_proj, fc_in, fc_out per layer and lm_head, each weighted by its FLOPs). */
+double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double seconds_per_shape);
+
 #endif

@@ -14,6 +14,14 @@
 #include "model/linear.h"
 #include "model/rotary.h"
 
+/* Accumulate the time of stmt into category cat when profiling. */
+#define TIMED(cat, stmt)                                                                     \
+  do {                                                                                       \
+    double t0_ = m->profile ? gj_now() : 0;                                                  \
+    stmt;                                                                                    \
+    if (m->profile) m->prof[cat] += gj_now() - t0_;                                          \
+  } while (0)
+
 /* Allocate with huge pages advised and touch every page once, so the step loop never pays
  * first-touch faults (DESIGN.md §12). */
 static void *arena_alloc(size_t bytes) {
@@ -118,8 +126,8 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
   memcpy(a->ids, ids, N * sizeof(int32_t));
   memcpy(a->targets, targets, N * sizeof(int32_t));
 
-  gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl);
-  GJ_TRY(gj_tp_allreduce_sum(m->g, a->resid, N * D));
+  TIMED(GJ_PROF_VOCAB, gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->resid, N * D)));
 
   for (int64_t l = 0; l < c->n_layer; l++) {
     const gj_block_ptrs *p = &m->P.h[l];
@@ -127,34 +135,37 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
     float *h = a->h + l * NC * D, *q = a->q + l * NC * Dl, *k = a->k + l * NC * Dl;
     float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
     float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
-    gj_layernorm_forward(h, a->ln_mean + l * NC, a->ln_rstd + l * NC, x, p->ln1_w, p->ln1_b, N,
-                         D, eps);
-    gj_linear_forward(q, h, p->wq, NULL, N, D, Dl, 0);
-    gj_linear_forward(k, h, p->wk, NULL, N, D, Dl, 0);
-    gj_linear_forward(v, h, p->wv, NULL, N, D, Dl, 0);
-    gj_rotary_forward(q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-    gj_rotary_forward(k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-    gj_attention_forward(att, lse, q, k, v, a->attn_scratch, B, T, T, Hl, Hd, Dl, Dl, T * Dl, Dl,
-                         T * Dl);
+    TIMED(GJ_PROF_ELEM, gj_layernorm_forward(h, a->ln_mean + l * NC, a->ln_rstd + l * NC, x,
+                                             p->ln1_w, p->ln1_b, N, D, eps));
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(q, h, p->wq, NULL, N, D, Dl, 0);
+          gj_linear_forward(k, h, p->wk, NULL, N, D, Dl, 0);
+          gj_linear_forward(v, h, p->wv, NULL, N, D, Dl, 0));
+    TIMED(GJ_PROF_ELEM,
+          gj_rotary_forward(q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+          gj_rotary_forward(k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+    TIMED(GJ_PROF_ATTN, gj_attention_forward(att, lse, q, k, v, a->attn_scratch, B, T, T, Hl, Hd,
+                                             Dl, Dl, T * Dl, Dl, T * Dl));
     /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
-    gj_linear_forward(a->y, att, p->wo, NULL, N, Dl, D, 0);
-    gj_linear_forward(pre, h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0);
-    gj_gelu_forward(act, pre, N * Fl);
-    gj_linear_forward(a->y, act, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D,
-                      1);
-    GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D));
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, att, p->wo, NULL, N, Dl, D, 0);
+          gj_linear_forward(pre, h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0));
+    TIMED(GJ_PROF_ELEM, gj_gelu_forward(act, pre, N * Fl));
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, act, p->fc_out_w,
+                                          m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D)));
+    double t0 = m->profile ? gj_now() : 0;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
+    if (m->profile) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
   }
 
   float *xL = a->resid + c->n_layer * NC * D;
-  gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w, m->P.lnf_b, N, D, eps);
-  gj_linear_forward(a->logits, a->xf, m->P.lm_w, m->P.lm_b, N, D, Vl, 0);
-
-  gj_ce_rowmax(a->ce_mx, a->logits, N, Vl);
-  GJ_TRY(gj_tp_allreduce_max(m->g, a->ce_mx, N));
-  gj_ce_stats(a->ce_stats, a->logits, a->ce_mx, targets, N, Vl, m->v0);
-  GJ_TRY(gj_tp_allreduce_sum(m->g, a->ce_stats, 2 * N));
+  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w,
+                                           m->P.lnf_b, N, D, eps));
+  TIMED(GJ_PROF_VOCAB, gj_linear_forward(a->logits, a->xf, m->P.lm_w, m->P.lm_b, N, D, Vl, 0);
+        gj_ce_rowmax(a->ce_mx, a->logits, N, Vl));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, a->ce_mx, N)));
+  TIMED(GJ_PROF_VOCAB, gj_ce_stats(a->ce_stats, a->logits, a->ce_mx, targets, N, Vl, m->v0));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->ce_stats, 2 * N)));
   *loss_sum = gj_ce_loss(a->ce_lse, a->ce_mx, a->ce_stats, targets, N, zloss, n_valid);
   return 0;
 }
@@ -165,14 +176,14 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
   const int64_t Vl = m->Vl, Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
 
-  gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
   /* d xf = dlogits W (partial over the vocab shards). */
-  gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, a->xf, m->P.lm_w, a->ones, N, D, Vl,
-                     0);
-  GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D));
-  memset(a->dx, 0, N * D * sizeof(float));
-  gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
-                        a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D);
+  TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
+        gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, a->xf, m->P.lm_w, a->ones, N,
+                           D, Vl, 0));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
+  TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
+        gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
+                              a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
   if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * c->n_layer].offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
@@ -183,26 +194,29 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
     float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
     /* dx is the gradient of the block output; both branches receive it unchanged. */
-    gj_linear_backward(a->dact, gp->fc_out_w, gp->fc_out_b, a->dx, act, p->fc_out_w, a->ones, N,
-                       Fl, D, 0);
-    gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
-    gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, h, p->fc_in_w, a->ones, N, D,
-                       Fl, 0);
-    gj_linear_backward(a->datt, gp->wo, NULL, a->dx, att, p->wo, a->ones, N, Dl, D, 0);
-    gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, a->attn_scratch, B, T,
-                          Hl, Hd, Dl);
-    gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-    gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-    gj_linear_backward(a->dh, gp->wq, NULL, a->dq, h, p->wq, a->ones, N, D, Dl, 1);
-    gj_linear_backward(a->dh, gp->wk, NULL, a->dk, h, p->wk, a->ones, N, D, Dl, 1);
-    gj_linear_backward(a->dh, gp->wv, NULL, a->dv, h, p->wv, a->ones, N, D, Dl, 1);
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dact, gp->fc_out_w, gp->fc_out_b, a->dx, act,
+                                           p->fc_out_w, a->ones, N, Fl, D, 0));
+    TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl));
+    TIMED(GJ_PROF_GEMM,
+          gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, h, p->fc_in_w, a->ones, N,
+                             D, Fl, 0);
+          gj_linear_backward(a->datt, gp->wo, NULL, a->dx, att, p->wo, a->ones, N, Dl, D, 0));
+    TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v,
+                                              a->attn_scratch, B, T, Hl, Hd, Dl));
+    TIMED(GJ_PROF_ELEM,
+          gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+          gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gp->wq, NULL, a->dq, h, p->wq, a->ones, N, D, Dl, 1);
+          gj_linear_backward(a->dh, gp->wk, NULL, a->dk, h, p->wk, a->ones, N, D, Dl, 1);
+          gj_linear_backward(a->dh, gp->wv, NULL, a->dv, h, p->wv, a->ones, N, D, Dl, 1));
     /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
-    GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D));
-    gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, a->ln_mean + l * NC,
-                          a->ln_rstd + l * NC, p->ln1_w, N, D);
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
+    TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x,
+                                              a->ln_mean + l * NC, a->ln_rstd + l * NC, p->ln1_w,
+                                              N, D));
     if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));
   }
-  gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl);
+  TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
   if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, 0));
   return 0;
 }

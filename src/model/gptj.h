@@ -37,9 +37,14 @@ typedef struct {
   float *rot_cos, *rot_sin; /* [n_positions, R/2] */
 } gj_acts;
 
+/* Time categories of a step (gptj bench). */
+enum { GJ_PROF_GEMM, GJ_PROF_ATTN, GJ_PROF_ELEM, GJ_PROF_VOCAB, GJ_PROF_COMM, GJ_PROF_N };
+
 typedef struct {
   gj_config c;
   gj_grid *g;
+  int profile;                /* accumulate seconds per category into prof[] */
+  double prof[GJ_PROF_N];
   gj_layout lay;
   int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
   float *arena;               /* params | grads | exp_avg | exp_avg_sq */

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Launch gptj over plain mpirun with a hostfile. Prints the command it runs.
+#   scripts/launch.sh --hostfile hosts --ranks-per-node 8 --threads 6 --tp 8 -- train --data d.h5 ...
+# Options: --hostfile FILE (default: this machine only), --nodes N (default: lines of the
+# hostfile), --ranks-per-node M (default 1), --threads T (OMP/OpenBLAS threads per rank,
+# default 1), --tp N (passed to gptj), --gptj PATH (default: gptj on PATH or the build).
+set -euo pipefail
+hostfile= nodes= rpn=1 threads=1 tp=1 gptj=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --hostfile) hostfile=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    --ranks-per-node) rpn=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --tp) tp=$2; shift 2 ;;
+    --gptj) gptj=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "launch.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "launch.sh: error: give the gptj command after --" >&2; exit 2; }
+for v in rpn threads tp; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "launch.sh: error: --${v/rpn/ranks-per-node} must be a positive integer" >&2; exit 2; }
+done
+if [ -z "$gptj" ]; then
+  gptj=$(command -v gptj || true)
+  top=$(cd "$(dirname "$0")/.." && pwd)
+  [ -n "$gptj" ] || gptj=$top/_build/release/gptj
+fi
+[ -x "$gptj" ] || { echo "launch.sh: error: $gptj: not executable (build first, or --gptj PATH)" >&2; exit 2; }
+if [ -n "$hostfile" ]; then
+  [ -r "$hostfile" ] || { echo "launch.sh: error: $hostfile: cannot read" >&2; exit 2; }
+  [ -n "$nodes" ] || nodes=$(grep -cv '^\s*\(#\|$\)' "$hostfile")
+fi
+nodes=${nodes:-1}
+np=$((nodes * rpn))
+(( np % tp == 0 )) || { echo "launch.sh: error: --tp $tp does not divide $np ranks" >&2; exit 2; }
+(( rpn % tp == 0 || tp % rpn == 0 )) || echo "launch.sh: warning: TP $tp spans nodes unevenly; keep TP within a node" >&2
+cmd=(mpirun -np "$np" --map-by "ppr:$rpn:node:PE=$threads" --bind-to core
+     -x OMP_NUM_THREADS="$threads" -x OPENBLAS_NUM_THREADS="$threads")
+[ -n "$hostfile" ] && cmd+=(--hostfile "$hostfile")
+[ "$(id -u)" -eq 0 ] && cmd+=(--allow-run-as-root)
+cmd+=("$gptj" "$1" --tp "$tp" "${@:2}")
+echo "+ ${cmd[*]}"
+exec "${cmd[@]}"

@@ -1,0 +1,135 @@
+/* gptj bench: full training steps (forward, backward, DP reduction, AdamW) of a preset or
+ * config on synthetic tokens, with a time breakdown, achieved FLOP/s and the sgemm FLOP/s of
+ * the model's own GEMM shapes measured in the same process at the same thread count. */
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli/args.h"
+#include "cli/modelopts.h"
+#include "common.h"
+#include "model/flops.h"
+#include "model/gptj.h"
+#include "optim/adamw.h"
+#include "parallel/dp.h"
+#include "parallel/grid.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int gj_cmd_bench(int argc, char **argv) {
+  int64_t B = 8, T = 256, steps = 3, warmup = 1, tp = 1, zero = 0;
+  const char *json = NULL;
+  gj_opt table[] = {
+      {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per step", 1, 1 << 20},
+      {"seq-len", GJ_OPT_I64, &T, "tokens per sequence", 1, 1 << 20},
+      {"steps", GJ_OPT_I64, &steps, "measured steps (the median is reported)", 1, 1e6},
+      {"warmup", GJ_OPT_I64, &warmup, "steps run before measuring", 0, 1e6},
+      {"tp", GJ_OPT_I64, &tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
+      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1", 0, 1},
+      {"json", GJ_OPT_STR, &json, "also write the results as one JSON object to this file", 1, 0},
+      {NULL}};
+  gj_modelopts mo;
+  int rc = gj_modelopts_parse(&mo, argc, argv, table, "gptj bench [--preset NAME] [options]",
+                              "Times training steps on synthetic tokens and compares the achieved FLOP/s\n"
+                              "with cblas_sgemm on the model's GEMM shapes, measured in this process\n"
+                              "at the same thread count (OMP_NUM_THREADS).");
+  if (rc) return rc > 0 ? 0 : rc;
+  gj_config c = mo.config;
+  if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
+  gj_grid g;
+  rc = gj_grid_init(&g, (int)tp);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
+  gj_log_set_rank(g.rank);
+  gj_model m;
+  rc = gj_model_create(&m, &c, &g, B, T, (int)zero);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  gj_params_init(&m.lay, &c, m.params, 1);
+  gj_dp_sync dp;
+  GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
+  int64_t N = B * T;
+  int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++)
+    ids[i] = (int32_t)((i * 2654435761u + g.dp_rank * 97) % 50257), tg[i] = ids[(i + 1) % N];
+  gj_adamw_hp hp;
+  gj_adamw_defaults(&hp);
+  double *st = calloc(steps, sizeof(double)), prof[GJ_PROF_N + 3] = {0};
+  float scale = (float)(1.0 / ((double)N * g.dp_size));
+  for (int64_t s = 0; s < warmup + steps && !rc; s++) {
+    int measured = s >= warmup;
+    memset(m.prof, 0, sizeof m.prof);
+    m.profile = measured;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = gj_now(), ls;
+    int64_t nv;
+    gj_model_zero_grads(&m);
+    gj_dp_begin(&dp);
+    rc = gj_model_forward(&m, ids, tg, B, T, 0.0f, &ls, &nv);
+    m.grad_ready = m.zero ? NULL : gj_dp_ready, m.grad_ready_ctx = &dp;
+    if (!rc) rc = gj_model_backward(&m, scale, 0.0f);
+    m.grad_ready = NULL;
+    if (!rc) rc = m.zero ? gj_dp_reduce_scatter(&dp, m.zero_n) : gj_dp_finish(&dp);
+    double t1 = gj_now();
+    double sq = gj_grad_sumsq(&m.lay, m.grads, g.tp_rank, m.zero_lo, m.zero_n);
+    if (!rc) rc = gj_allreduce_sum_f64(m.zero ? g.world : g.tp, &sq, 1);
+    if (!rc) gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, m.zero_lo, m.zero_n, &hp, s + 1,
+                             1e-4, gj_clip_coef(sqrt(sq), 1.0));
+    if (!rc && m.zero) rc = gj_dp_allgather(&dp, m.params, m.zero_n);
+    double t2 = gj_now();
+    if (measured) {
+      st[s - warmup] = t2 - t0;
+      for (int k = 0; k < GJ_PROF_N; k++) prof[k] += m.prof[k] / steps;
+      prof[GJ_PROF_N] += dp.wait_s / steps;   /* exposed DP wait */
+      prof[GJ_PROF_N + 1] += (t2 - t1) / steps; /* optimizer (norm, AdamW, ZeRO gather) */
+    }
+  }
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("bench failed on another rank");
+  qsort(st, steps, sizeof(double), cmp_double);
+  double step = st[steps / 2];
+  double tokens = (double)N * g.dp_size, tps = tokens / step;
+  double flops_rank = gj_flops_per_token(&c, T) * tps / g.size;
+  double sgemm = gj_sgemm_model_rate(&c, N, (int)tp, 0.3);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double rss = ru.ru_maxrss * 1024.0, rss_max = rss;
+  MPI_Allreduce(MPI_IN_PLACE, &rss_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  double other = step;
+  for (int k = 0; k < GJ_PROF_N + 2; k++) other -= prof[k];
+  const char *names[] = {"gemm", "attention", "norms_elementwise", "embedding_lmhead_loss",
+                         "tp_collectives", "dp_wait_exposed", "optimizer"};
+  gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, OpenBLAS core %s",
+          mo.config_file ? mo.config_file : mo.preset, mo.config_file ? "" : " (preset)", (long long)B,
+          (long long)T, g.dp_size, g.tp_size, omp_get_max_threads(), (long long)zero, gj_blas_core());
+  gj_info("step %.3f s (median of %lld; min %.3f, max %.3f) | %.1f tokens/s", step, (long long)steps,
+          st[0], st[steps - 1], tps);
+  for (int k = 0; k < GJ_PROF_N + 2; k++)
+    gj_info("  %-24s %8.3f s  %5.1f%%", names[k], prof[k], 100 * prof[k] / step);
+  gj_info("  %-24s %8.3f s  %5.1f%%", "other", other, 100 * other / step);
+  gj_info("achieved %.2f GFLOP/s per rank | sgemm on the model's shapes %.2f GFLOP/s | ratio %.3f",
+          flops_rank / 1e9, sgemm / 1e9, flops_rank / sgemm);
+  gj_info("peak RSS per rank: %.0f MB (max over ranks)", rss_max / 1e6);
+  if (json && g.rank == 0) {
+    FILE *f = fopen(json, "w");
+    if (!f) return GJ_FAIL("--json %s: cannot write", json);
+    fprintf(f, "{\"preset\": \"%s\", \"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
+            "\"threads\": %d, \"zero\": %lld, \"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
+            mo.preset, (long long)B, (long long)T, g.dp_size, g.tp_size, omp_get_max_threads(),
+            (long long)zero, gj_blas_core(), step, tps);
+    fprintf(f, "\"breakdown_s\": {");
+    for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(f, "\"%s\": %.6f, ", names[k], prof[k]);
+    fprintf(f, "\"other\": %.6f}, \"flops_per_s_per_rank\": %.6g, \"sgemm_flops_per_s\": %.6g, "
+            "\"ratio\": %.4f, \"peak_rss_bytes\": %.0f}\n", other, flops_rank, sgemm, flops_rank / sgemm, rss_max);
+    if (fclose(f)) return GJ_FAIL("--json %s: write failed", json);
+  }
+  free(ids), free(tg), free(st);
+  gj_dp_free(&dp);
+  gj_model_free(&m);
+  gj_grid_free(&g);
+  return 0;
+}
