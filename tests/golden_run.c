@@ -1,4 +1,4 @@
-/* golden-run [--tp N] IN.h5 OUT.h5
+/* golden-run [--tp N] [--recompute] IN.h5 OUT.h5
  *
  * Reads a file of the golden layout (../shared/golden/README.md), takes every size from its
  * attributes, computes forward, gradients, greedy generation and AdamW steps in float32 with
@@ -19,7 +19,7 @@
 #include "parallel/grid.h"
 
 static int run(int argc, char **argv, gj_grid *g) {
-  int tp = 1;
+  int tp = 1, recompute = 0;
   const char *in = NULL, *out = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tp")) {
@@ -27,19 +27,21 @@ static int run(int argc, char **argv, gj_grid *g) {
       if (i + 1 >= argc || gj_parse_i64(argv[i + 1], &v) || v < 1 || v > 4096)
         return GJ_FAIL("--tp: expected a positive integer");
       tp = (int)v, i++;
+    } else if (!strcmp(argv[i], "--recompute")) {
+      recompute = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      return GJ_FAIL("usage: golden-run [--tp N] IN.h5 OUT.h5");
+      return GJ_FAIL("usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5");
     } else if (argv[i][0] == '-') {
-      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] IN.h5 OUT.h5)", argv[i]);
+      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5)", argv[i]);
     } else if (!in) {
       in = argv[i];
     } else if (!out) {
       out = argv[i];
     } else {
-      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] IN.h5 OUT.h5)");
+      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5)");
     }
   }
-  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] IN.h5 OUT.h5");
+  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5");
   GJ_TRY(gj_grid_init(g, tp));
   if (g->dp_size != 1)
     return GJ_FAIL("golden-run runs one model replica: start it on --tp ranks (got %d ranks, --tp %d)",
@@ -79,7 +81,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   if (Tcap > c.n_positions) return GJ_FAIL("%s: generation longer than n_positions", in);
 
   gj_model m;
-  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0));
+  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0, recompute));
   GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
   int64_t N = B * T;
   int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
@@ -144,15 +146,17 @@ static int run(int argc, char **argv, gj_grid *g) {
   GJ_TRY(gj_weights_write_gathered(g, o, "/grads/", &m.lay, m.grads));
 
   if (has_gen) {
-    /* The KV-cache path must equal a full recompute of every prefix. */
+    /* The KV-cache path must equal a full recompute of every prefix (the cache lives in the
+     * per-layer activation slots, which activation recomputation does not keep). */
     int32_t *ref = malloc((n_prompt + n_gen) * sizeof(int32_t));
     memcpy(ref, gen, n_prompt * sizeof(int32_t));
-    GJ_TRY(gj_generate_greedy(&m, gen, n_prompt, n_gen));
+    if (!recompute) GJ_TRY(gj_generate_greedy(&m, gen, n_prompt, n_gen));
     GJ_TRY(gj_generate_greedy_recompute(&m, ref, n_prompt, n_gen));
-    for (int64_t i = 0; i < n_prompt + n_gen; i++)
+    for (int64_t i = 0; !recompute && i < n_prompt + n_gen; i++)
       if (gen[i] != ref[i])
         return GJ_FAIL("KV-cache decoding differs from recompute at token %lld (%d vs %d)",
                        (long long)i, gen[i], ref[i]);
+    if (recompute) memcpy(gen, ref, (n_prompt + n_gen) * sizeof(int32_t));
     free(ref);
     if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
   }

@@ -44,14 +44,15 @@ static int run_cmd(const char *cmd) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static void check_golden(const char *ref_path, int tp) {
+static void check_golden(const char *ref_path, int tp, int recompute) {
   char out[1200], cmd[4096];
-  snprintf(out, sizeof out, "%s/tests/golden-out-tp%d.h5", builddir, tp);
+  const char *rc_flag = recompute ? "--recompute" : "";
+  snprintf(out, sizeof out, "%s/tests/golden-out-tp%d%s.h5", builddir, tp, recompute ? "-rc" : "");
   if (tp == 1)
-    snprintf(cmd, sizeof cmd, "%s/tests/golden-run %s %s", builddir, ref_path, out);
+    snprintf(cmd, sizeof cmd, "%s/tests/golden-run %s %s %s", builddir, rc_flag, ref_path, out);
   else
-    snprintf(cmd, sizeof cmd, "timeout 300 %s -np %d %s/tests/golden-run --tp %d %s %s", mpirun,
-             tp, builddir, tp, ref_path, out);
+    snprintf(cmd, sizeof cmd, "timeout 300 %s -np %d %s/tests/golden-run --tp %d %s %s %s", mpirun,
+             tp, builddir, tp, rc_flag, ref_path, out);
   ck_assert_int_eq(run_cmd(cmd), 0);
 
   gj_h5_quiet();
@@ -105,7 +106,7 @@ static void check_golden(const char *ref_path, int tp) {
   ck_assert_ptr_nonnull(gc);
   ck_assert_int_eq(nc, nr);
   for (size_t i = 0; i < nc; i++) ck_assert_int_eq((int)gc[i], (int)gr[i]);
-  printf("golden %s tp %d: max rel", ref_path, tp);
+  printf("golden %s tp %d%s: max rel", ref_path, tp, recompute ? " recompute" : "");
   for (int g = 0; g < 5; g++) printf(" %s %.2e;", group[g], worst[g]);
   printf(" greedy ids exact\n");
   free(gc), free(gr);
@@ -113,11 +114,16 @@ static void check_golden(const char *ref_path, int tp) {
   H5Fclose(r), H5Fclose(c);
 }
 
-START_TEST(test_golden_tp1) { check_golden(golden, 1); }
+START_TEST(test_golden_tp1) { check_golden(golden, 1, 0); }
 END_TEST
-START_TEST(test_golden_tp2) { check_golden(golden, 2); }
+START_TEST(test_golden_tp2) { check_golden(golden, 2, 0); }
 END_TEST
-START_TEST(test_golden_tp4) { check_golden(golden, 4); }
+START_TEST(test_golden_tp4) { check_golden(golden, 4, 0); }
+END_TEST
+START_TEST(test_golden_recompute) {
+  check_golden(golden, 1, 1);
+  check_golden(golden, 2, 1);
+}
 END_TEST
 
 /* Copy the golden file, then damage the copy with fn. */
@@ -203,6 +209,7 @@ int main(void) {
   tcase_add_test(tc, test_golden_tp1);
   tcase_add_test(tc, test_golden_tp2);
   tcase_add_test(tc, test_golden_tp4);
+  tcase_add_test(tc, test_golden_recompute);
   tcase_add_test(tc, test_bad_inputs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -26,7 +26,7 @@ START_TEST(test_allreduce_count) {
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 2, 16, 0), 0);
+    ck_assert_int_eq(gj_model_create(&m, &c, &g, 2, 16, 0, 0), 0);
     gj_params_init(&m.lay, &c, m.params, 3);
     int32_t ids[32], tg[32];
     for (int i = 0; i < 32; i++) ids[i] = (i * 7) % 96, tg[i] = (i * 5 + 1) % 96;
@@ -86,7 +86,7 @@ START_TEST(test_eval_matches_loop) {
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, lay == 0 ? 1 : world_size), 0);
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 3, T, 0), 0);
+    ck_assert_int_eq(gj_model_create(&m, &c, &g, 3, T, 0, 0), 0);
     gj_params_init(&m.lay, &c, m.params, 11);
     for (int si = 0; si < 2; si++) {
       int64_t S = strides[si], cnt;

@@ -24,7 +24,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int gj_cmd_bench(int argc, char **argv) {
-  int64_t B = 8, T = 256, steps = 3, warmup = 1, tp = 1, zero = 0;
+  int64_t B = 8, T = 256, steps = 3, warmup = 1, tp = 1, zero = 0, recompute = 0;
   const char *json = NULL;
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per step", 1, 1 << 20},
@@ -33,6 +33,7 @@ int gj_cmd_bench(int argc, char **argv) {
       {"warmup", GJ_OPT_I64, &warmup, "steps run before measuring", 0, 1e6},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1", 0, 1},
+      {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"json", GJ_OPT_STR, &json, "also write the results as one JSON object to this file", 1, 0},
       {NULL}};
   gj_modelopts mo;
@@ -48,7 +49,7 @@ int gj_cmd_bench(int argc, char **argv) {
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
   gj_log_set_rank(g.rank);
   gj_model m;
-  rc = gj_model_create(&m, &c, &g, B, T, (int)zero);
+  rc = gj_model_create(&m, &c, &g, B, T, (int)zero, (int)recompute);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_params_init(&m.lay, &c, m.params, 1);
   gj_dp_sync dp;
@@ -103,9 +104,9 @@ int gj_cmd_bench(int argc, char **argv) {
   for (int k = 0; k < GJ_PROF_N + 2; k++) other -= prof[k];
   const char *names[] = {"gemm", "attention", "norms_elementwise", "embedding_lmhead_loss",
                          "tp_collectives", "dp_wait_exposed", "optimizer"};
-  gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, OpenBLAS core %s",
+  gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld, OpenBLAS core %s",
           mo.config_file ? mo.config_file : mo.preset, mo.config_file ? "" : " (preset)", (long long)B,
-          (long long)T, g.dp_size, g.tp_size, omp_get_max_threads(), (long long)zero, gj_blas_core());
+          (long long)T, g.dp_size, g.tp_size, omp_get_max_threads(), (long long)zero, (long long)recompute, gj_blas_core());
   gj_info("step %.3f s (median of %lld; min %.3f, max %.3f) | %.1f tokens/s", step, (long long)steps,
           st[0], st[steps - 1], tps);
   for (int k = 0; k < GJ_PROF_N + 2; k++)
@@ -118,9 +119,9 @@ int gj_cmd_bench(int argc, char **argv) {
     FILE *f = fopen(json, "w");
     if (!f) return GJ_FAIL("--json %s: cannot write", json);
     fprintf(f, "{\"preset\": \"%s\", \"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
-            "\"threads\": %d, \"zero\": %lld, \"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
+            "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
             mo.preset, (long long)B, (long long)T, g.dp_size, g.tp_size, omp_get_max_threads(),
-            (long long)zero, gj_blas_core(), step, tps);
+            (long long)zero, (long long)recompute, gj_blas_core(), step, tps);
     fprintf(f, "\"breakdown_s\": {");
     for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(f, "\"%s\": %.6f, ", names[k], prof[k]);
     fprintf(f, "\"other\": %.6f}, \"flops_per_s_per_rank\": %.6g, \"sgemm_flops_per_s\": %.6g, "

@@ -28,7 +28,7 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
-  rc = gj_model_create(m, &c, g, B, *T, 0);
+  rc = gj_model_create(m, &c, g, B, *T, 0, 0);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_ckpt_meta meta;
   return gj_ckpt_load(ckpt, m, &meta, 0);

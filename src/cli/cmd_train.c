@@ -31,7 +31,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 typedef struct {
   const char *data, *valid_data, *run_dir, *resume;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
-  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero;
+  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time;
 } train_opts;
 
@@ -44,6 +44,7 @@ static gj_opt *train_table(train_opts *o) {
       {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks", 0, 1},
+      {"recompute", GJ_OPT_I64, &o->recompute, "1: recompute each layer's activations in backward (less memory)", 0, 1},
       {"micro-batch", GJ_OPT_I64, &o->micro_batch, "sequences per rank per forward", 1, 1 << 20},
       {"grad-accum", GJ_OPT_I64, &o->grad_accum, "micro-batches per step (global batch = micro-batch x grad-accum x DP)", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &o->seq_len, "tokens per sequence (0: n_positions)", 0, 1 << 20},
@@ -203,7 +204,7 @@ int gj_cmd_train(int argc, char **argv) {
                    o.data, (long long)G, (unsigned long long)loader.n_windows, (long long)T + 1);
 
   gj_model m;
-  rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero);
+  rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
   if (g.rank == 0) mkdirs(o.run_dir);

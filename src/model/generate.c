@@ -54,6 +54,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
   const int64_t D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl, Hd = gj_config_head_dim(c);
   const int64_t NC = m->Bmax * m->Tmax, Tk = pos0 + n;
   const float eps = (float)c->layer_norm_epsilon;
+  if (m->recompute) return GJ_FAIL("internal: the KV cache needs a model without recomputation");
   if (Tk > m->Tmax || n > NC)
     return GJ_FAIL("sequence of %lld tokens exceeds the context %lld", (long long)Tk, (long long)m->Tmax);
   /* Scratch: resid slot 0 as x, slot 1 as the next x; layer-0 slots of h/q/att/pre/act. */

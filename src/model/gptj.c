@@ -37,7 +37,7 @@ static void *arena_alloc(size_t bytes) {
 }
 
 int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero) {
+                    int zero, int recompute) {
   memset(m, 0, sizeof *m);
   GJ_TRY(gj_config_validate(c));
   if (Tmax > c->n_positions)
@@ -45,6 +45,7 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
                    (long long)c->n_positions);
   m->c = *c;
   m->g = g;
+  m->recompute = recompute;
   GJ_TRY(gj_layout_build(&m->lay, c, g->tp_size, g->tp_rank));
   int tp = g->tp_size;
   m->Hl = c->n_head / tp;
@@ -73,12 +74,15 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
+  /* With recomputation only the residual stream is kept per layer; the rest of a layer's
+   * activations live in one slot, recomputed during backward. */
+  int64_t Ls = m->recompute ? 1 : L;
   int64_t Dl = m->Dl, Fl = m->Fl, Vl = m->Vl, Hl = m->Hl;
   struct { float **p; size_t n; } fl[] = {
-      {&m->a.resid, (L + 1) * N * D}, {&m->a.ln_mean, L * N}, {&m->a.ln_rstd, L * N},
-      {&m->a.h, L * N * D}, {&m->a.q, L * N * Dl}, {&m->a.k, L * N * Dl}, {&m->a.v, L * N * Dl},
-      {&m->a.att, L * N * Dl}, {&m->a.lse, L * N * Hl}, {&m->a.pre, L * N * Fl},
-      {&m->a.act, L * N * Fl}, {&m->a.lnf_mean, N}, {&m->a.lnf_rstd, N}, {&m->a.xf, N * D},
+      {&m->a.resid, (L + 1) * N * D}, {&m->a.ln_mean, Ls * N}, {&m->a.ln_rstd, Ls * N},
+      {&m->a.h, Ls * N * D}, {&m->a.q, Ls * N * Dl}, {&m->a.k, Ls * N * Dl}, {&m->a.v, Ls * N * Dl},
+      {&m->a.att, Ls * N * Dl}, {&m->a.lse, Ls * N * Hl}, {&m->a.pre, Ls * N * Fl},
+      {&m->a.act, Ls * N * Fl}, {&m->a.lnf_mean, N}, {&m->a.lnf_rstd, N}, {&m->a.xf, N * D},
       {&m->a.logits, N * Vl}, {&m->a.ce_mx, N}, {&m->a.ce_lse, N}, {&m->a.ce_stats, 2 * N},
       {&m->a.y, N * D}, {&m->a.dx, N * D}, {&m->a.dh, N * D}, {&m->a.dq, N * Dl},
       {&m->a.dk, N * Dl}, {&m->a.dv, N * Dl}, {&m->a.datt, N * Dl}, {&m->a.dact, N * Fl},
@@ -112,6 +116,44 @@ void gj_model_free(gj_model *m) {
 
 void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeof(float)); }
 
+/* A layer's activation buffers: the residual input x of layer l, and the slot that holds its
+ * other activations (slot l, or slot 0 with recomputation). */
+typedef struct {
+  float *x, *h, *q, *k, *v, *att, *lse, *pre, *act, *mean, *rstd;
+} layer_bufs;
+
+static layer_bufs layer_at(gj_model *m, int64_t l) {
+  gj_acts *a = &m->a;
+  const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, s = m->recompute ? 0 : l;
+  layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + s * NC * m->Dl,
+                  a->k + s * NC * m->Dl, a->v + s * NC * m->Dl, a->att + s * NC * m->Dl,
+                  a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl, a->act + s * NC * m->Fl,
+                  a->ln_mean + s * NC, a->ln_rstd + s * NC};
+  return b;
+}
+
+/* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention,
+ * fc_in and gelu. No communication: it can be recomputed in backward. */
+static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, int64_t T) {
+  const gj_config *c = &m->c;
+  gj_acts *a = &m->a;
+  const gj_block_ptrs *p = &m->P.h[l];
+  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl;
+  const int64_t Hd = gj_config_head_dim(c);
+  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
+                                           (float)c->layer_norm_epsilon));
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, p->wq, NULL, N, D, Dl, 0);
+        gj_linear_forward(b->k, b->h, p->wk, NULL, N, D, Dl, 0);
+        gj_linear_forward(b->v, b->h, p->wv, NULL, N, D, Dl, 0));
+  TIMED(GJ_PROF_ELEM,
+        gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+        gj_rotary_forward(b->k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, a->attn_scratch, B,
+                                           T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0));
+  TIMED(GJ_PROF_ELEM, gj_gelu_forward(b->act, b->pre, N * Fl));
+}
+
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {
   const gj_config *c = &m->c;
@@ -120,8 +162,8 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
     return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
                    (long long)T, (long long)m->Bmax, (long long)m->Tmax);
   m->B = B, m->T = T;
-  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl, Hl = m->Hl;
-  const int64_t Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl;
+  const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
   memcpy(a->ids, ids, N * sizeof(int32_t));
   memcpy(a->targets, targets, N * sizeof(int32_t));
@@ -131,26 +173,13 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
 
   for (int64_t l = 0; l < c->n_layer; l++) {
     const gj_block_ptrs *p = &m->P.h[l];
-    float *x = a->resid + l * NC * D, *xo = a->resid + (l + 1) * NC * D;
-    float *h = a->h + l * NC * D, *q = a->q + l * NC * Dl, *k = a->k + l * NC * Dl;
-    float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
-    float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
-    TIMED(GJ_PROF_ELEM, gj_layernorm_forward(h, a->ln_mean + l * NC, a->ln_rstd + l * NC, x,
-                                             p->ln1_w, p->ln1_b, N, D, eps));
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(q, h, p->wq, NULL, N, D, Dl, 0);
-          gj_linear_forward(k, h, p->wk, NULL, N, D, Dl, 0);
-          gj_linear_forward(v, h, p->wv, NULL, N, D, Dl, 0));
-    TIMED(GJ_PROF_ELEM,
-          gj_rotary_forward(q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-          gj_rotary_forward(k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
-    TIMED(GJ_PROF_ATTN, gj_attention_forward(att, lse, q, k, v, a->attn_scratch, B, T, T, Hl, Hd,
-                                             Dl, Dl, T * Dl, Dl, T * Dl));
+    layer_bufs lb = layer_at(m, l);
+    float *x = lb.x, *xo = a->resid + (l + 1) * NC * D;
+    layer_acts(m, l, &lb, B, T);
     /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, att, p->wo, NULL, N, Dl, D, 0);
-          gj_linear_forward(pre, h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0));
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(act, pre, N * Fl));
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, act, p->fc_out_w,
-                                          m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, p->wo, NULL, N, Dl, D, 0);
+          gj_linear_forward(a->y, lb.act, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL,
+                            N, Fl, D, 1));
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D)));
     double t0 = m->profile ? gj_now() : 0;
 #pragma omp parallel for simd schedule(static)
@@ -189,10 +218,10 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
     const gj_block_ptrs *p = &m->P.h[l];
     gj_block_ptrs *gp = &m->G.h[l];
-    float *x = a->resid + l * NC * D;
-    float *h = a->h + l * NC * D, *q = a->q + l * NC * Dl, *k = a->k + l * NC * Dl;
-    float *v = a->v + l * NC * Dl, *att = a->att + l * NC * Dl, *lse = a->lse + l * NC * Hl;
-    float *pre = a->pre + l * NC * Fl, *act = a->act + l * NC * Fl;
+    layer_bufs lb = layer_at(m, l);
+    if (m->recompute) layer_acts(m, l, &lb, B, T);
+    float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
+    float *pre = lb.pre, *act = lb.act;
     /* dx is the gradient of the block output; both branches receive it unchanged. */
     TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dact, gp->fc_out_w, gp->fc_out_b, a->dx, act,
                                            p->fc_out_w, a->ones, N, Fl, D, 0));
@@ -211,9 +240,8 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
           gj_linear_backward(a->dh, gp->wv, NULL, a->dv, h, p->wv, a->ones, N, D, Dl, 1));
     /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
-    TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x,
-                                              a->ln_mean + l * NC, a->ln_rstd + l * NC, p->ln1_w,
-                                              N, D));
+    TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
+                                              lb.rstd, p->ln1_w, N, D));
     if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));
   }
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));

@@ -52,6 +52,7 @@ typedef struct {
   float *m, *v;               /* AdamW moments of the flat range [zero_lo, zero_lo + zero_n) */
   size_t numel_pad, zero_lo, zero_n;
   int zero;                   /* ZeRO-1: moments sharded over the DP group */
+  int recompute;              /* keep only the residual stream; recompute layers in backward */
   gj_ptrs P, G;
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;
@@ -66,9 +67,10 @@ typedef struct {
 
 /* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them.
  * zero = 1: ZeRO-1, DP rank r keeps the AdamW moments of the flat range [r P, (r+1) P) of
- * this TP rank's parameter block only (P = numel_pad / dp). */
+ * this TP rank's parameter block only (P = numel_pad / dp). recompute = 1: activation
+ * recomputation per layer (the KV-cache path needs recompute = 0). */
 int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero);
+                    int zero, int recompute);
 void gj_model_free(gj_model *m);
 
 /* Forward over ids [B, T] with targets [B, T] (< 0: not scored). *loss_sum is the summed
