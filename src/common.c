@@ -109,3 +109,21 @@ void gj_blas_select_kernel(char **argv) {
   execv("/proc/self/exe", argv);
   /* exec failed: go on with the generic kernel */
 }
+
+static double meminfo(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  double v = 0;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, kl) && line[kl] == ':') {
+      v = atof(line + kl + 1) * 1024.0;
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+double gj_mem_total_bytes(void) { return meminfo("MemTotal"); }
+double gj_mem_available_bytes(void) { return meminfo("MemAvailable"); }

@@ -41,6 +41,9 @@ int gj_parse_i64(const char *s, int64_t *out);
 int gj_parse_f64(const char *s, double *out);
 
 double gj_now(void); /* monotonic seconds */
+/* Total and available memory of this machine in bytes (/proc/meminfo; 0 if unknown). */
+double gj_mem_total_bytes(void);
+double gj_mem_available_bytes(void);
 
 /* OpenBLAS 0.3.21 does not know recent Intel cores and falls back to its slow generic
  * (Prescott, SSE3) sgemm. If OPENBLAS_CORETYPE is unset, the library chose such a generic core

@@ -5,6 +5,7 @@
  *   depend on DP x TP. */
 #include <check.h>
 #include <mpi.h>
+#include <omp.h>
 
 #include "cli/evaluate.h"
 #include "model/gptj.h"
@@ -114,6 +115,37 @@ START_TEST(test_eval_matches_loop) {
 }
 END_TEST
 
+/* gptj plan's arithmetic equals what the arenas really allocate. */
+static void check_sizes(const char *preset, int tp, int zero, int recompute, int64_t B, int64_t T) {
+  gj_config c;
+  gj_config_preset(&c, preset);
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, tp), 0);
+  gj_mem_sizes s;
+  ck_assert_int_eq(gj_model_sizes(&s, &c, tp, g.dp_size, zero, recompute, B, T, omp_get_max_threads()), 0);
+  gj_model m;
+  ck_assert_int_eq(gj_model_create(&m, &c, &g, B, T, zero, recompute), 0);
+  ck_assert_uint_eq(m.arena_bytes, s.params + s.grads + s.moments);
+  ck_assert_uint_eq(m.numel_pad * sizeof(float), s.params);
+  ck_assert_uint_eq(2 * m.zero_n * sizeof(float), s.moments);
+  ck_assert_uint_eq(m.act_bytes, s.acts);
+  gj_model_free(&m);
+  gj_grid_free(&g);
+}
+
+START_TEST(test_plan_sizes) {
+  for (int zero = 0; zero < 2; zero++)
+    for (int rc = 0; rc < 2; rc++) {
+      check_sizes("tiny", 1, zero, rc, 4, 64);
+      check_sizes("tiny", world_size, zero, rc, 2, 128);
+    }
+  check_sizes("gptj-125m", world_size, 1, 1, 1, 128);
+  gj_config c;
+  gj_config_preset(&c, "gptj-6b");
+  ck_assert_int_eq(gj_config_n_params(&c), 6050882784LL);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -123,6 +155,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_allreduce_count);
   tcase_add_test(tc, test_eval_matches_loop);
+  tcase_add_test(tc, test_plan_sizes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

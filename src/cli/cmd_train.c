@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ typedef struct {
   const char *data, *valid_data, *run_dir, *resume;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
   int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute;
-  double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time;
+  double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
 } train_opts;
 
 static gj_opt *train_table(train_opts *o) {
@@ -67,6 +68,7 @@ static gj_opt *train_table(train_opts *o) {
       {"keep-checkpoints", GJ_OPT_I64, &o->keep, "checkpoints kept in --run-dir (0: all)", 0, 1e6},
       {"ckpt-compress", GJ_OPT_I64, &o->compress, "deflate level of checkpoints (0: off)", 0, 9},
       {"max-time", GJ_OPT_F64, &o->max_time, "wall-clock seconds after which to checkpoint and stop (0: none)", 0, 1e9},
+      {"mem-per-rank-gb", GJ_OPT_F64, &o->mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive non-finite steps before stopping", 1, 1e9},
       {"debug-nan-step", GJ_OPT_I64, &o->inject_nan, "debug: inject a NaN into the gradients at this step", 0, 1e12},
       {NULL}};
@@ -203,6 +205,25 @@ int gj_cmd_train(int argc, char **argv) {
     return GJ_FAIL("%s: global batch of %lld sequences exceeds the dataset's %llu windows of %lld tokens",
                    o.data, (long long)G, (unsigned long long)loader.n_windows, (long long)T + 1);
 
+  /* Refuse, before allocating, a layout that will not fit (the arithmetic of gptj plan). */
+  gj_mem_sizes ms;
+  GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)o.zero, (int)o.recompute, B, T,
+                        omp_get_max_threads()));
+  double need = (double)ms.params + ms.grads + ms.moments + ms.acts;
+  MPI_Comm node;
+  int local = 1;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  double avail = o.mem_gb > 0 ? o.mem_gb * 1e9 : gj_mem_available_bytes() / local;
+  rc = avail > 0 && need > avail
+           ? GJ_FAIL("the model needs %.2f GB per rank (parameters %.2f, gradients %.2f, AdamW %.2f, "
+                     "activations %.2f) but %.2f GB are available per rank (%d on this node): use "
+                     "more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
+                     need / 1e9, ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9,
+                     avail / 1e9, local)
+           : 0;
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("the model does not fit on another rank");
   gj_model m;
   rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");

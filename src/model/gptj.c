@@ -36,6 +36,62 @@ static void *arena_alloc(size_t bytes) {
   return p;
 }
 
+/* Parameter and gradient blocks of np floats (padded so that ZeRO's DP ranges are equal)
+ * and moment ranges of P floats. */
+static void param_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
+  *np = *P = numel;
+  if (zero && dp > 1) {
+    *P = (numel + dp - 1) / dp;
+    *P = (*P + 15) / 16 * 16;
+    *np = *P * dp;
+  }
+}
+
+/* The activation arena's buffers, in order, with their sizes in floats. */
+#define GJ_ACT_ITEMS 32
+typedef struct { float **p; size_t n; } act_item;
+
+static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int recompute,
+                     int64_t Bmax, int64_t Tmax, int nthreads) {
+  int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
+  /* With recomputation only the residual stream is kept per layer; the rest of a layer's
+   * activations live in one slot, recomputed during backward. */
+  int64_t Ls = recompute ? 1 : L;
+  int64_t Hl = c->n_head / tp, Dl = Hl * gj_config_head_dim(c), Fl = c->n_inner / tp;
+  int64_t Vl = c->vocab_size / tp;
+  act_item items[GJ_ACT_ITEMS] = {
+      {&a->resid, (L + 1) * N * D}, {&a->ln_mean, Ls * N}, {&a->ln_rstd, Ls * N},
+      {&a->h, Ls * N * D}, {&a->q, Ls * N * Dl}, {&a->k, Ls * N * Dl}, {&a->v, Ls * N * Dl},
+      {&a->att, Ls * N * Dl}, {&a->lse, Ls * N * Hl}, {&a->pre, Ls * N * Fl},
+      {&a->act, Ls * N * Fl}, {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, N * D},
+      {&a->logits, N * Vl}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, 2 * N},
+      {&a->y, N * D}, {&a->dx, N * D}, {&a->dh, N * D}, {&a->dq, N * Dl},
+      {&a->dk, N * Dl}, {&a->dv, N * Dl}, {&a->datt, N * Dl}, {&a->dact, N * Fl},
+      {&a->ones, N}, {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
+      {&a->rot_cos, c->n_positions * (R / 2) + 1}, {&a->rot_sin, c->n_positions * (R / 2) + 1},
+      {(float **)&a->ids, N}, {(float **)&a->targets, N},
+  };
+  memcpy(fl, items, sizeof items);
+}
+
+int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
+                   int recompute, int64_t B, int64_t T, int nthreads) {
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, c, tp, 0));
+  size_t np, P;
+  param_sizes(l.numel, dp, zero, &np, &P);
+  gj_layout_free(&l);
+  s->params = s->grads = np * sizeof(float);
+  s->moments = 2 * P * sizeof(float);
+  gj_acts dummy;
+  act_item fl[GJ_ACT_ITEMS];
+  act_list(&dummy, fl, c, tp, recompute, B, T, nthreads);
+  size_t total = 0;
+  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
+  s->acts = total * sizeof(float);
+  return 0;
+}
+
 int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
                     int zero, int recompute) {
   memset(m, 0, sizeof *m);
@@ -56,9 +112,9 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   m->Bmax = Bmax, m->Tmax = Tmax;
   m->nthreads = omp_get_max_threads();
 
-  size_t np = m->lay.numel, P = np;
+  size_t np, P;
   m->zero = zero && g->dp_size > 1;
-  if (m->zero) P = (np + g->dp_size - 1) / g->dp_size, P = (P + 15) / 16 * 16, np = P * g->dp_size;
+  param_sizes(m->lay.numel, g->dp_size, m->zero, &np, &P);
   m->numel_pad = np;
   m->zero_lo = m->zero ? P * g->dp_rank : 0;
   m->zero_n = P;
@@ -73,30 +129,16 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   gj_layout_ptrs(&m->lay, c, m->grads, &m->G);
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
-  int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
-  /* With recomputation only the residual stream is kept per layer; the rest of a layer's
-   * activations live in one slot, recomputed during backward. */
-  int64_t Ls = m->recompute ? 1 : L;
-  int64_t Dl = m->Dl, Fl = m->Fl, Vl = m->Vl, Hl = m->Hl;
-  struct { float **p; size_t n; } fl[] = {
-      {&m->a.resid, (L + 1) * N * D}, {&m->a.ln_mean, Ls * N}, {&m->a.ln_rstd, Ls * N},
-      {&m->a.h, Ls * N * D}, {&m->a.q, Ls * N * Dl}, {&m->a.k, Ls * N * Dl}, {&m->a.v, Ls * N * Dl},
-      {&m->a.att, Ls * N * Dl}, {&m->a.lse, Ls * N * Hl}, {&m->a.pre, Ls * N * Fl},
-      {&m->a.act, Ls * N * Fl}, {&m->a.lnf_mean, N}, {&m->a.lnf_rstd, N}, {&m->a.xf, N * D},
-      {&m->a.logits, N * Vl}, {&m->a.ce_mx, N}, {&m->a.ce_lse, N}, {&m->a.ce_stats, 2 * N},
-      {&m->a.y, N * D}, {&m->a.dx, N * D}, {&m->a.dh, N * D}, {&m->a.dq, N * Dl},
-      {&m->a.dk, N * Dl}, {&m->a.dv, N * Dl}, {&m->a.datt, N * Dl}, {&m->a.dact, N * Fl},
-      {&m->a.ones, N}, {&m->a.attn_scratch, gj_attention_scratch_floats(m->nthreads, Tmax)},
-      {&m->a.rot_cos, c->n_positions * (R / 2) + 1}, {&m->a.rot_sin, c->n_positions * (R / 2) + 1},
-      {(float **)&m->a.ids, N}, {(float **)&m->a.targets, N},
-  };
+  act_item fl[GJ_ACT_ITEMS];
+  act_list(&m->a, fl, c, tp, recompute, Bmax, Tmax, m->nthreads);
+  int64_t N = Bmax * Tmax, R = c->rotary_dim;
   size_t total = 0;
-  for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) total += (fl[i].n + 15) / 16 * 16;
+  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
   m->act_bytes = total * sizeof(float);
   m->act_arena = arena_alloc(m->act_bytes);
   if (!m->act_arena) return GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
   size_t off = 0;
-  for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
     *fl[i].p = m->act_arena + off;
     off += (fl[i].n + 15) / 16 * 16;
   }

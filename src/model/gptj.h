@@ -73,6 +73,14 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
                     int zero, int recompute);
 void gj_model_free(gj_model *m);
 
+/* Bytes a rank allocates for a layout, computed without allocating (the same arithmetic as
+ * gj_model_create: arena_bytes = params + grads + moments, act_bytes = acts). */
+typedef struct {
+  size_t params, grads, moments, acts;
+} gj_mem_sizes;
+int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
+                   int recompute, int64_t B, int64_t T, int nthreads);
+
 /* Forward over ids [B, T] with targets [B, T] (< 0: not scored). *loss_sum is the summed
  * cross-entropy (plus z-loss) over this DP rank's valid targets, *n_valid their number.
  * Leaves logits [B*T, Vl] in m->a.logits. */

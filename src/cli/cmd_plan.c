@@ -1,0 +1,81 @@
+/* gptj plan: memory per rank, FLOPs and bytes sent per step, and a step-time estimate for a
+ * config and layout, before anything is allocated. gptj train uses the same arithmetic
+ * (gj_model_sizes) to refuse a layout that does not fit. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/modelopts.h"
+#include "common.h"
+#include "model/flops.h"
+#include "model/gptj.h"
+
+/* Bytes one rank sends per step in ring all-reduces (2 (p-1)/p of the data). */
+static double ring(double bytes, int p) { return p > 1 ? 2.0 * (p - 1) / p * bytes : 0.0; }
+
+int gj_cmd_plan(int argc, char **argv) {
+  int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, rpn = 1, threads = 0;
+  double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0;
+  gj_opt table[] = {
+      {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per micro-batch", 1, 1 << 20},
+      {"seq-len", GJ_OPT_I64, &T, "tokens per sequence (0: n_positions)", 0, 1 << 20},
+      {"grad-accum", GJ_OPT_I64, &A, "micro-batches per step", 1, 1 << 20},
+      {"dp", GJ_OPT_I64, &dp, "data-parallel size", 1, 1 << 24},
+      {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
+      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1", 0, 1},
+      {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
+      {"threads", GJ_OPT_I64, &threads, "threads per rank (0: OMP_NUM_THREADS)", 0, 4096},
+      {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "sgemm GFLOP/s of one rank (0: measure here on the model's shapes)", 0, 1e9},
+      {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
+      {"tp-gbps", GJ_OPT_F64, &tpnet, "bandwidth per rank within a node, GB/s (TP)", 1e-3, 1e6},
+      {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory per rank, GB (0: this machine's memory / --ranks-per-node)", 0, 1e9},
+      {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node (for the memory per rank)", 1, 4096},
+      {NULL}};
+  gj_modelopts mo;
+  int rc = gj_modelopts_parse(&mo, argc, argv, table, "gptj plan [--preset NAME] [options]",
+                              "Memory per rank, FLOPs and bytes sent per step, and a step-time estimate\n"
+                              "for a model and a DP x TP layout, computed without allocating the model.");
+  if (rc) return rc > 0 ? 0 : rc;
+  gj_config c = mo.config;
+  if (T == 0) T = c.n_positions;
+  if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
+  if (threads == 0) threads = omp_get_max_threads();
+  gj_mem_sizes ms;
+  GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, B, T, (int)threads));
+  double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
+  double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
+  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
+  int64_t N = B * T;
+  double tokens = (double)N * A * dp, fpt = gj_flops_per_token(&c, T);
+  double flops_step = fpt * tokens, flops_rank = flops_step / (dp * tp);
+  double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
+  double dp_bytes = ring((double)ms.params, (int)dp);
+  double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
+  double t_comp = flops_rank / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
+  printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
+         "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s\n",
+         mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
+         (long long)dp, (long long)tp, (long long)(dp * tp), (long long)B, (long long)T,
+         (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off");
+  printf("memory per rank:\n");
+  printf("  parameters        %12.3f GB\n", ms.params / 1e9);
+  printf("  gradients         %12.3f GB\n", ms.grads / 1e9);
+  printf("  AdamW moments     %12.3f GB\n", ms.moments / 1e9);
+  printf("  activations       %12.3f GB\n", ms.acts / 1e9);
+  printf("  comm buffers      %12.3f GB\n", comm_buf / 1e9);
+  printf("  total             %12.3f GB   of %.3f GB available per rank: %s\n", total / 1e9,
+         avail / 1e9, total <= avail ? "fits" : "DOES NOT FIT");
+  printf("per step:\n");
+  printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)\n", flops_step, flops_rank, fpt);
+  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients)\n",
+         tp_bytes, dp_bytes);
+  printf("time per step (estimate, no overlap):\n");
+  printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s)\n", t_comp, rate / 1e9,
+         sgemm_g > 0 ? "given" : "sgemm measured here on the model's shapes");
+  printf("  TP communication  %12.3f s at %.1f GB/s\n", t_tp, tpnet);
+  printf("  DP communication  %12.3f s at %.1f GB/s (hidden behind backward when it overlaps)\n", t_dp, net);
+  printf("  step              %12.3f s, %.0f tokens/s\n", t_comp + t_tp + t_dp, tokens / (t_comp + t_tp + t_dp));
+  return 0;
+}
