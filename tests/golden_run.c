@@ -1,4 +1,4 @@
-/* golden-run [--tp N] [--recompute] IN.h5 OUT.h5
+/* golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5
  *
  * Reads a file of the golden layout (../shared/golden/README.md), takes every size from its
  * attributes, computes forward, gradients, greedy generation and AdamW steps in float32 with
@@ -20,28 +20,31 @@
 
 static int run(int argc, char **argv, gj_grid *g) {
   int tp = 1, recompute = 0;
-  const char *in = NULL, *out = NULL;
+  const char *in = NULL, *out = NULL, *weights = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tp")) {
       int64_t v;
       if (i + 1 >= argc || gj_parse_i64(argv[i + 1], &v) || v < 1 || v > 4096)
         return GJ_FAIL("--tp: expected a positive integer");
       tp = (int)v, i++;
+    } else if (!strcmp(argv[i], "--weights")) {
+      if (i + 1 >= argc) return GJ_FAIL("--weights: missing value");
+      weights = argv[++i];
     } else if (!strcmp(argv[i], "--recompute")) {
       recompute = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      return GJ_FAIL("usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5");
+      return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5");
     } else if (argv[i][0] == '-') {
-      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5)", argv[i]);
+      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5)", argv[i]);
     } else if (!in) {
       in = argv[i];
     } else if (!out) {
       out = argv[i];
     } else {
-      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5)");
+      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5)");
     }
   }
-  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] [--recompute] IN.h5 OUT.h5");
+  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5");
   GJ_TRY(gj_grid_init(g, tp));
   if (g->dp_size != 1)
     return GJ_FAIL("golden-run runs one model replica: start it on --tp ranks (got %d ranks, --tp %d)",
@@ -82,7 +85,15 @@ static int run(int argc, char **argv, gj_grid *g) {
 
   gj_model m;
   GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0, recompute));
-  GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
+  if (weights) { /* the weights of a checkpoint (e.g. from gptj convert) instead of /weights */
+    hid_t w;
+    GJ_TRY(gj_h5_open_read(weights, &w));
+    int rcw = gj_weights_read(w, weights, "/model/", &m.lay, m.params);
+    H5Fclose(w);
+    GJ_TRY(rcw);
+  } else {
+    GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
+  }
   int64_t N = B * T;
   int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
   GJ_TRY(gj_h5_read_i32(f, in, "/inputs/input_ids", N, ids));

@@ -11,6 +11,7 @@ int gj_cmd_generate(int argc, char **argv);
 int gj_cmd_info(int argc, char **argv);
 int gj_cmd_bench(int argc, char **argv);
 int gj_cmd_plan(int argc, char **argv);
+int gj_cmd_convert(int argc, char **argv);
 
 const gj_command gj_commands[] = {
     {"train", "train a GPT-J (data and tensor parallel) with checkpoints and resume", 1, gj_cmd_train},
@@ -18,6 +19,7 @@ const gj_command gj_commands[] = {
     {"generate", "continue a prompt (greedy, temperature, top-k, top-p; KV cache)", 1, gj_cmd_generate},
     {"bench", "time training steps: breakdown, FLOP/s against in-process sgemm", 1, gj_cmd_bench},
     {"plan", "memory per rank, FLOPs, bytes sent and step time for a model and layout", 0, gj_cmd_plan},
+    {"convert", "Hugging Face safetensors <-> checkpoint, streaming", 0, gj_cmd_convert},
     {"info", "metadata of a checkpoint or token dataset", 0, gj_cmd_info},
     {"encode", "text on stdin -> GPT-2 token ids", 0, gj_cmd_encode},
     {"decode", "GPT-2 token ids on stdin -> text", 0, gj_cmd_decode},

@@ -171,6 +171,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   rc |= gj_h5_write_attr_i64(f, "tokens_seen", meta->tokens_seen);
   rc |= gj_h5_write_attr_i64(f, "written_tp", g->tp_size);
   rc |= gj_h5_write_attr_i64(f, "written_dp", g->dp_size);
+  rc |= gj_h5_write_attr_i64(f, "has_optim", 1);
   for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&c, i));
   rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c.layer_norm_epsilon);
   hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
@@ -293,9 +294,19 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   hid_t f;
   GJ_TRY(open_checked(path, &f, g->world));
   int rc = check_config(f, path, &m->c);
-  int64_t v;
+  int64_t v, has_optim = 1;
+  if (!rc && H5Aexists(f, "has_optim") > 0) rc = gj_h5_attr_i64(f, path, "has_optim", &has_optim);
+  if (!has_optim && with_optim) {
+    /* a model-only checkpoint (from gptj convert): fresh optimizer, schedule and data order */
+    with_optim = 0;
+    memset(m->m, 0, m->zero_n * sizeof(float));
+    memset(m->v, 0, m->zero_n * sizeof(float));
+    meta->loader = (gj_loader_state){meta->loader.seed, 0, 0};
+    gj_info("%s holds weights only: the optimizer starts afresh", path);
+  }
   if (!rc) rc = gj_h5_attr_i64(f, path, "step", &meta->step);
   if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &meta->tokens_seen);
+  if (!has_optim) meta->step = meta->tokens_seen = 0;
   char p[512];
   const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
@@ -462,5 +473,82 @@ int gj_ckpt_info(const char *path) {
   for (int i = 0; i < 7; i++) printf("%s: %lld\n", cfg_keys[i], (long long)*cfg_field(&c, i));
   printf("layer_norm_epsilon: %g\nparameters: %lld\nfile size: %lld bytes\n", c.layer_norm_epsilon,
          (long long)gj_config_n_params(&c), (long long)st.st_size);
+  return 0;
+}
+
+int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c) {
+  memset(w, 0, sizeof *w);
+  snprintf(w->path, sizeof w->path, "%s", path);
+  snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+  gj_h5_quiet();
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
+  hid_t f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (f < 0) return GJ_FAIL("%s: cannot create (directory missing or not writable?)", w->tmp);
+  w->f = f;
+  gj_config cc = *c;
+  int rc = 0;
+  rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
+  rc |= gj_h5_write_attr_i64(f, "format_version", CKPT_VERSION);
+  rc |= gj_h5_write_attr_i64(f, "step", 0);
+  rc |= gj_h5_write_attr_i64(f, "tokens_seen", 0);
+  rc |= gj_h5_write_attr_i64(f, "written_tp", 1);
+  rc |= gj_h5_write_attr_i64(f, "written_dp", 1);
+  rc |= gj_h5_write_attr_i64(f, "has_optim", 0);
+  for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&cc, i));
+  rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c->layer_norm_epsilon);
+  return rc ? GJ_FAIL("%s: cannot write attributes", w->tmp) : 0;
+}
+
+int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data, int ndim,
+                          int64_t rows, int64_t cols) {
+  char p[512];
+  snprintf(p, sizeof p, "/model/%s", name);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const unsigned char *b = (const unsigned char *)data;
+  size_t bytes = (size_t)rows * cols * sizeof(float);
+  for (size_t o = 0; o < bytes; o += (size_t)1 << 30)
+    crc = crc32(crc, b + o, (uInt)GJ_MIN(bytes - o, (size_t)1 << 30));
+  int64_t dims[2] = {rows, cols};
+  GJ_TRY(gj_h5_write_f32((hid_t)w->f, p, data, ndim, dims));
+  hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
+  hid_t as = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+  uint32_t c32 = (uint32_t)crc;
+  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_FAIL("%s: cannot write crc32 of %s", w->tmp, p) : 0;
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(as), H5Dclose(d);
+  return rc;
+}
+
+int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok) {
+  int rc = H5Fclose((hid_t)w->f) < 0 ? GJ_FAIL("%s: cannot close (disk full?)", w->tmp) : 0;
+  if (ok && !rc) {
+    int fd = open(w->tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed", w->tmp);
+    if (fd >= 0) close(fd);
+    if (!rc && rename(w->tmp, w->path)) rc = GJ_FAIL("%s: rename failed: %s", w->path, strerror(errno));
+  }
+  if (!ok || rc) unlink(w->tmp);
+  return rc;
+}
+
+int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out) {
+  char p[512];
+  snprintf(p, sizeof p, "/model/%s", t->name);
+  GJ_TRY(gj_h5_read_block_f32((hid_t)f, path, p, t->rows, t->cols, t->ndim, 0, 0, t->rows, t->cols, out));
+  uint32_t want;
+  hid_t d = H5Dopen2((hid_t)f, p, H5P_DEFAULT);
+  hid_t a = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
+  herr_t r = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT32, &want) : -1;
+  if (a >= 0) H5Aclose(a);
+  H5Dclose(d);
+  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", path, p);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  size_t bytes = (size_t)t->rows * t->cols * sizeof(float);
+  for (size_t o = 0; o < bytes; o += (size_t)1 << 30)
+    crc = crc32(crc, (const unsigned char *)out + o, (uInt)GJ_MIN(bytes - o, (size_t)1 << 30));
+  if ((uint32_t)crc != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
   return 0;
 }

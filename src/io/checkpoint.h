@@ -29,6 +29,20 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
 /* Read the model config of a checkpoint (any rank, serial). */
 int gj_ckpt_read_config(const char *path, gj_config *c);
 
+/* Streaming, serial writing of a model-only checkpoint (gptj convert): begin, one tensor at a
+ * time under its HF name with its global shape, end (atomic rename). Loading such a file
+ * restores the parameters and starts the optimizer, schedule and data order afresh. */
+typedef struct {
+  long long f; /* hid_t */
+  char path[1024], tmp[1100];
+} gj_ckpt_writer;
+int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c);
+int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data, int ndim,
+                          int64_t rows, int64_t cols);
+int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok);
+/* Read one whole tensor of /model (serial), checking its shape and CRC. */
+int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out);
+
 /* Run directory helpers (rank 0 does the file system work; results broadcast). */
 /* Path of checkpoint `step` in dir. */
 void gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step);

@@ -1,0 +1,259 @@
+/* gptj convert: Hugging Face GPT-J (config.json + safetensors, single or sharded; F32, F16 or
+ * BF16) <-> gptj-mpi checkpoints, streaming one tensor at a time (memory: the largest tensor). */
+#include <errno.h>
+#include <hdf5.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/args.h"
+#include "common.h"
+#include "io/checkpoint.h"
+#include "io/h5util.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+
+#define MAX_SHARDS 256
+
+static int read_hf_config(const char *dir, gj_config *c) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  json_error_t err;
+  json_t *r = json_load_file(p, 0, &err);
+  if (!r) return GJ_FAIL("%s: %s", p, err.text);
+  struct { const char *k; int64_t *dst; int required; } ks[] = {
+      {"vocab_size", &c->vocab_size, 1}, {"n_positions", &c->n_positions, 1}, {"n_embd", &c->n_embd, 1},
+      {"n_layer", &c->n_layer, 1}, {"n_head", &c->n_head, 1}, {"rotary_dim", &c->rotary_dim, 0},
+      {"n_inner", &c->n_inner, 0}};
+  int rc = 0;
+  c->rotary_dim = c->n_inner = -1;
+  for (size_t i = 0; i < sizeof ks / sizeof ks[0] && !rc; i++) {
+    json_t *v = json_object_get(r, ks[i].k);
+    if (json_is_integer(v)) *ks[i].dst = json_integer_value(v);
+    else if (ks[i].required || (v && !json_is_null(v))) rc = GJ_FAIL("%s: '%s' must be an integer", p, ks[i].k);
+  }
+  json_t *eps = json_object_get(r, "layer_norm_epsilon");
+  c->layer_norm_epsilon = json_is_number(eps) ? json_number_value(eps) : 1e-5;
+  json_t *act = json_object_get(r, "activation_function");
+  if (!rc && act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu_new")))
+    rc = GJ_FAIL("%s: activation_function must be gelu_new", p);
+  json_t *tie = json_object_get(r, "tie_word_embeddings");
+  if (!rc && json_is_true(tie)) rc = GJ_FAIL("%s: tie_word_embeddings is true; GPT-J's lm_head is untied", p);
+  json_decref(r);
+  if (rc) return rc;
+  if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;              /* HF: None means 4 n_embd */
+  if (c->rotary_dim < 0) c->rotary_dim = c->n_embd / c->n_head; /* None: the whole head */
+  if (gj_config_validate(c)) return gj_err_prefix(p);
+  return 0;
+}
+
+/* name -> shard file, from model.safetensors.index.json, or the single model.safetensors */
+typedef struct {
+  char files[MAX_SHARDS][1200];
+  gj_st_file open[MAX_SHARDS];
+  int nfiles;
+  json_t *map;
+} hf_files;
+
+static int hf_open(hf_files *h, const char *dir) {
+  memset(h, 0, sizeof *h);
+  char p[1200];
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  struct stat st;
+  if (!stat(p, &st)) {
+    json_error_t err;
+    json_t *r = json_load_file(p, 0, &err);
+    if (!r) return GJ_FAIL("%s: %s", p, err.text);
+    json_t *wm = json_object_get(r, "weight_map");
+    if (!json_is_object(wm)) return json_decref(r), GJ_FAIL("%s: no weight_map object", p);
+    h->map = json_incref(wm);
+    json_decref(r);
+    const char *k;
+    json_t *v;
+    json_object_foreach(h->map, k, v) {
+      if (!json_is_string(v) || strchr(json_string_value(v), '/'))
+        return GJ_FAIL("%s: weight_map['%s'] is not a file name", p, k);
+      int found = 0;
+      char f[1200];
+      snprintf(f, sizeof f, "%s/%s", dir, json_string_value(v));
+      for (int i = 0; i < h->nfiles; i++) found |= !strcmp(h->files[i], f);
+      if (!found) {
+        if (h->nfiles == MAX_SHARDS) return GJ_FAIL("%s: more than %d shards", p, MAX_SHARDS);
+        snprintf(h->files[h->nfiles++], 1200, "%s", f);
+      }
+    }
+  } else {
+    snprintf(h->files[0], 1200, "%s/model.safetensors", dir);
+    h->nfiles = 1;
+  }
+  for (int i = 0; i < h->nfiles; i++) GJ_TRY(gj_st_open(&h->open[i], h->files[i]));
+  return 0;
+}
+
+static void hf_close(hf_files *h) {
+  for (int i = 0; i < h->nfiles; i++) gj_st_close(&h->open[i]);
+  json_decref(h->map);
+}
+
+static int hf_find(hf_files *h, const char *name, gj_st_file **f, const gj_st_tensor **t) {
+  for (int i = 0; i < h->nfiles; i++)
+    if ((*t = gj_st_find(&h->open[i], name))) return *f = &h->open[i], 0;
+  return GJ_FAIL("%s: tensor '%s' not found", h->nfiles == 1 ? h->files[0] : "the safetensors shards", name);
+}
+
+static int from_hf(const char *dir, const char *out) {
+  gj_config c;
+  GJ_TRY(read_hf_config(dir, &c));
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, &c, 1, 0));
+  hf_files h;
+  int rc = hf_open(&h, dir);
+  size_t mx = 0;
+  for (int i = 0; i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
+  float *buf = rc ? NULL : malloc(mx * sizeof(float));
+  if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
+  /* every tensor of the files must be one we know (HF's attention mask buffers excepted) */
+  for (int i = 0; !rc && i < h.nfiles; i++)
+    for (int j = 0; !rc && j < h.open[i].n; j++) {
+      const char *nm = h.open[i].t[j].name;
+      size_t n = strlen(nm);
+      int buffer = (n > 9 && !strcmp(nm + n - 9, "attn.bias")) || (n > 16 && !strcmp(nm + n - 16, "attn.masked_bias"));
+      if (!buffer && !gj_layout_find(&l, nm))
+        rc = GJ_FAIL("%s: tensor '%s' is not part of a GPT-J of this config", h.files[i], nm);
+    }
+  gj_ckpt_writer w;
+  int begun = 0;
+  if (!rc) rc = gj_ckpt_writer_begin(&w, out, &c), begun = 1;
+  for (int i = 0; i < l.n && !rc; i++) {
+    const gj_tensor *t = &l.t[i];
+    gj_st_file *f = NULL;
+    const gj_st_tensor *st = NULL;
+    rc = hf_find(&h, t->name, &f, &st);
+    if (rc) break;
+    int ok = st->ndim == t->ndim && st->shape[0] == t->rows && (t->ndim == 1 || st->shape[1] == t->cols);
+    if (!ok) {
+      char want[64];
+      if (t->ndim == 2) snprintf(want, sizeof want, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
+      else snprintf(want, sizeof want, "[%lld]", (long long)t->rows);
+      rc = GJ_FAIL("%s: tensor '%s' has the wrong shape for config.json (expected %s)", f->path, t->name, want);
+      break;
+    }
+    rc = gj_st_read_f32(f, st, buf);
+    if (!rc) rc = gj_ckpt_writer_tensor(&w, t->name, buf, t->ndim, t->rows, t->cols);
+  }
+  if (begun) {
+    int e = gj_ckpt_writer_end(&w, !rc);
+    if (!rc) rc = e;
+  }
+  if (!rc) gj_info("converted %s -> %s (%lld parameters, %d tensors)", dir, out, (long long)l.n_global, l.n);
+  free(buf);
+  hf_close(&h);
+  gj_layout_free(&l);
+  return rc;
+}
+
+static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
+  gj_st_dtype dt;
+  if (!strcmp(dtype, "float32")) dt = GJ_ST_F32;
+  else if (!strcmp(dtype, "bfloat16")) dt = GJ_ST_BF16;
+  else return GJ_FAIL("--dtype: expected float32 or bfloat16, got '%s'", dtype);
+  gj_config c;
+  GJ_TRY(gj_ckpt_read_config(ckpt, &c));
+  if (mkdir(dir, 0755) && errno != EEXIST) return GJ_FAIL("%s: %s", dir, strerror(errno));
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, &c, 1, 0));
+  const char **names = malloc(l.n * sizeof(char *));
+  int *nd = malloc(l.n * sizeof(int));
+  int64_t (*shapes)[2] = malloc(l.n * sizeof *shapes);
+  size_t mx = 0;
+  for (int i = 0; i < l.n; i++) {
+    names[i] = l.t[i].name, nd[i] = l.t[i].ndim, shapes[i][0] = l.t[i].rows, shapes[i][1] = l.t[i].cols;
+    mx = GJ_MAX(mx, l.t[i].numel);
+  }
+  /* safetensors lists tensors by name; write the data in that (sorted) order */
+  int *order = malloc(l.n * sizeof(int));
+  for (int i = 0; i < l.n; i++) order[i] = i;
+  for (int i = 1; i < l.n; i++)
+    for (int j = i; j > 0 && strcmp(names[order[j]], names[order[j - 1]]) < 0; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  const char **sn = malloc(l.n * sizeof(char *));
+  int *snd = malloc(l.n * sizeof(int));
+  int64_t (*ssh)[2] = malloc(l.n * sizeof *ssh);
+  for (int i = 0; i < l.n; i++)
+    sn[i] = names[order[i]], snd[i] = nd[order[i]], ssh[i][0] = shapes[order[i]][0], ssh[i][1] = shapes[order[i]][1];
+  float *buf = malloc(mx * sizeof(float));
+  hid_t f = -1;
+  int rc = buf ? gj_h5_open_read(ckpt, &f) : GJ_FAIL("out of memory");
+  char p[1200];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  gj_st_writer w;
+  if (!rc) rc = gj_st_write_begin(&w, p, dt, l.n, sn, snd, (const int64_t(*)[2])ssh);
+  for (int i = 0; i < l.n && !rc; i++) {
+    const gj_tensor *t = &l.t[order[i]];
+    rc = gj_ckpt_read_tensor(ckpt, f, t, buf);
+    if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
+  }
+  if (!rc) rc = gj_st_write_end(&w);
+  if (buf && f >= 0) H5Fclose(f);
+  if (!rc) {
+    json_t *j = json_object();
+    json_object_set_new(j, "architectures", json_pack("[s]", "GPTJForCausalLM"));
+    json_object_set_new(j, "model_type", json_string("gptj"));
+    json_object_set_new(j, "vocab_size", json_integer(c.vocab_size));
+    json_object_set_new(j, "n_positions", json_integer(c.n_positions));
+    json_object_set_new(j, "n_embd", json_integer(c.n_embd));
+    json_object_set_new(j, "n_layer", json_integer(c.n_layer));
+    json_object_set_new(j, "n_head", json_integer(c.n_head));
+    json_object_set_new(j, "rotary_dim", json_integer(c.rotary_dim));
+    json_object_set_new(j, "n_inner", json_integer(c.n_inner));
+    json_object_set_new(j, "layer_norm_epsilon", json_real(c.layer_norm_epsilon));
+    json_object_set_new(j, "activation_function", json_string("gelu_new"));
+    json_object_set_new(j, "resid_pdrop", json_real(0.0));
+    json_object_set_new(j, "embd_pdrop", json_real(0.0));
+    json_object_set_new(j, "attn_pdrop", json_real(0.0));
+    json_object_set_new(j, "initializer_range", json_real(0.02));
+    json_object_set_new(j, "bos_token_id", json_integer(50256));
+    json_object_set_new(j, "eos_token_id", json_integer(50256));
+    json_object_set_new(j, "tie_word_embeddings", json_false());
+    json_object_set_new(j, "use_cache", json_true());
+    json_object_set_new(j, "torch_dtype", json_string(dt == GJ_ST_F32 ? "float32" : "bfloat16"));
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (json_dump_file(j, p, JSON_INDENT(2) | JSON_SORT_KEYS)) rc = GJ_FAIL("%s: write failed", p);
+    json_decref(j);
+  }
+  if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
+  free(names), free(nd), free(shapes), free(order), free(sn), free(snd), free(ssh), free(buf);
+  gj_layout_free(&l);
+  return rc;
+}
+
+int gj_cmd_convert(int argc, char **argv) {
+  const char *from = NULL, *to = NULL, *out = NULL, *ckpt = NULL, *dtype = "float32";
+  gj_opt opts[] = {
+      {"from-hf", GJ_OPT_STR, &from, "Hugging Face GPT-J directory to read (config.json + safetensors)", 1, 0},
+      {"out", GJ_OPT_STR, &out, "checkpoint to write (with --from-hf)", 1, 0},
+      {"to-hf", GJ_OPT_STR, &to, "Hugging Face directory to write", 1, 0},
+      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to read (with --to-hf)", 1, 0},
+      {"dtype", GJ_OPT_STR, &dtype, "with --to-hf: float32 or bfloat16", 1, 0},
+      {NULL}};
+  gj_cmdline cl = {"gptj convert --from-hf DIR --out CKPT.h5 | --to-hf DIR --checkpoint CKPT.h5 [--dtype bfloat16]",
+                   "Converts between Hugging Face GPT-J (config.json with model.safetensors, or sharded\n"
+                   "with model.safetensors.index.json; F32, F16 or BF16) and gptj-mpi checkpoints,\n"
+                   "one tensor at a time. A converted checkpoint holds weights only: training from it\n"
+                   "(--resume FILE) starts the optimizer afresh.",
+                   opts, NULL, NULL, NULL, 0};
+  int np;
+  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) return rc > 0 ? 0 : rc;
+  if (!from == !to) return GJ_FAIL("give one of --from-hf or --to-hf");
+  if (from) {
+    if (!out) return GJ_FAIL("--out: required with --from-hf");
+    return from_hf(from, out);
+  }
+  if (!ckpt) return GJ_FAIL("--checkpoint: required with --to-hf");
+  return to_hf(ckpt, to, dtype);
+}

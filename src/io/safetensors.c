@@ -1,0 +1,220 @@
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+float gj_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+  if (e == 0x1f) {
+    bits = sign | 0x7f800000u | (m << 13); /* inf, nan (payload kept) */
+  } else if (e == 0) {
+    float v = ldexpf((float)m, -24); /* zero and subnormals: exact in float */
+    return sign ? -v : v;
+  } else {
+    bits = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+float gj_bf16_to_f32(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t gj_f32_to_bf16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* quiet nan */
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return (uint16_t)(bits >> 16);
+}
+
+static int dtype_of(const char *s, gj_st_dtype *d) {
+  if (!strcmp(s, "F32")) return *d = GJ_ST_F32, 0;
+  if (!strcmp(s, "F16")) return *d = GJ_ST_F16, 0;
+  if (!strcmp(s, "BF16")) return *d = GJ_ST_BF16, 0;
+  return -1;
+}
+
+static size_t dtype_size(gj_st_dtype d) { return d == GJ_ST_F32 ? 4 : 2; }
+
+void gj_st_close(gj_st_file *s) {
+  if (s->f) fclose(s->f);
+  free(s->t);
+  memset(s, 0, sizeof *s);
+}
+
+int gj_st_open(gj_st_file *s, const char *path) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->path, sizeof s->path, "%s", path);
+  struct stat st;
+  if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected a safetensors file", path);
+  uint64_t size = (uint64_t)st.st_size;
+  s->f = fopen(path, "rb");
+  if (!s->f) return GJ_FAIL("%s: %s", path, strerror(errno));
+  unsigned char lb[8];
+  if (size < 8 || fread(lb, 1, 8, s->f) != 8) return gj_st_close(s), GJ_FAIL("%s: too short for a safetensors header", path);
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; i--) hl = hl << 8 | lb[i];
+  if (hl < 2 || hl > 100000000 || 8 + hl > size)
+    return gj_st_close(s), GJ_FAIL("%s: header length %llu does not fit in the file of %llu bytes", path,
+                                   (unsigned long long)hl, (unsigned long long)size);
+  char *hdr = malloc(hl + 1);
+  if (!hdr || fread(hdr, 1, hl, s->f) != hl) return free(hdr), gj_st_close(s), GJ_FAIL("%s: cannot read the header", path);
+  json_error_t err;
+  json_t *root = json_loadb(hdr, hl, 0, &err);
+  free(hdr);
+  if (!root || !json_is_object(root)) {
+    json_decref(root);
+    gj_st_close(s);
+    return GJ_FAIL("%s: header is not a JSON object (%s)", path, err.text);
+  }
+  uint64_t data0 = 8 + hl, dsize = size - data0;
+  s->t = calloc(json_object_size(root) + 1, sizeof(gj_st_tensor));
+  const char *key;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach(root, key, v) {
+    if (!strcmp(key, "__metadata__")) continue;
+    gj_st_tensor *t = &s->t[s->n];
+    json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+           *off = json_object_get(v, "data_offsets");
+    if (strlen(key) >= sizeof t->name) { rc = GJ_FAIL("%s: tensor name too long", path); break; }
+    snprintf(t->name, sizeof t->name, "%s", key);
+    if (!json_is_string(dt) || dtype_of(json_string_value(dt), &t->dtype)) {
+      rc = GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", path, key,
+                   json_is_string(dt) ? json_string_value(dt) : "(missing)");
+      break;
+    }
+    if (!json_is_array(sh) || json_array_size(sh) > 4 || !json_is_array(off) || json_array_size(off) != 2) {
+      rc = GJ_FAIL("%s: tensor '%s': bad shape or data_offsets", path, key);
+      break;
+    }
+    t->ndim = (int)json_array_size(sh);
+    uint64_t numel = 1;
+    for (int i = 0; i < t->ndim && !rc; i++) {
+      json_t *d = json_array_get(sh, i);
+      if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > ((json_int_t)1 << 40))
+        rc = GJ_FAIL("%s: tensor '%s': bad shape", path, key);
+      else t->shape[i] = json_integer_value(d), numel *= (uint64_t)t->shape[i];
+    }
+    if (rc) break;
+    json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
+    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+        json_integer_value(e) < json_integer_value(b) || (uint64_t)json_integer_value(e) > dsize) {
+      rc = GJ_FAIL("%s: tensor '%s': data_offsets outside the %llu data bytes of the file", path, key,
+                   (unsigned long long)dsize);
+      break;
+    }
+    t->begin = data0 + (uint64_t)json_integer_value(b), t->end = data0 + (uint64_t)json_integer_value(e);
+    if (t->end - t->begin != numel * dtype_size(t->dtype)) {
+      rc = GJ_FAIL("%s: tensor '%s': %llu data bytes for %llu elements of %zu bytes", path, key,
+                   (unsigned long long)(t->end - t->begin), (unsigned long long)numel, dtype_size(t->dtype));
+      break;
+    }
+    s->n++;
+  }
+  json_decref(root);
+  /* Tensors must not overlap. */
+  for (int i = 0; !rc && i < s->n; i++)
+    for (int j = i + 1; !rc && j < s->n; j++)
+      if (s->t[i].begin < s->t[j].end && s->t[j].begin < s->t[i].end && s->t[i].end > s->t[i].begin &&
+          s->t[j].end > s->t[j].begin)
+        rc = GJ_FAIL("%s: tensors '%s' and '%s' overlap", path, s->t[i].name, s->t[j].name);
+  if (rc) gj_st_close(s);
+  return rc;
+}
+
+const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->t[i].name, name)) return &s->t[i];
+  return NULL;
+}
+
+int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
+  uint64_t n = (t->end - t->begin) / dtype_size(t->dtype);
+  if (fseeko(s->f, (off_t)t->begin, SEEK_SET)) return GJ_FAIL("%s: seek failed", s->path);
+  if (t->dtype == GJ_ST_F32) {
+    if (fread(out, 4, n, s->f) != n) return GJ_FAIL("%s: tensor '%s' truncated", s->path, t->name);
+    return 0;
+  }
+  /* 16-bit types: read in pieces into the tail of out, then widen from the front. */
+  uint16_t buf[65536];
+  for (uint64_t i = 0; i < n;) {
+    size_t k = (size_t)GJ_MIN((uint64_t)65536, n - i);
+    if (fread(buf, 2, k, s->f) != k) return GJ_FAIL("%s: tensor '%s' truncated", s->path, t->name);
+    for (size_t j = 0; j < k; j++)
+      out[i + j] = t->dtype == GJ_ST_F16 ? gj_f16_to_f32(buf[j]) : gj_bf16_to_f32(buf[j]);
+    i += k;
+  }
+  return 0;
+}
+
+int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int n,
+                      const char *const *names, const int *ndims, const int64_t (*shapes)[2]) {
+  memset(w, 0, sizeof *w);
+  snprintf(w->path, sizeof w->path, "%s", path);
+  w->dtype = dtype;
+  json_t *root = json_object(), *meta = json_object();
+  json_object_set_new(meta, "format", json_string("pt"));
+  json_object_set_new(root, "__metadata__", meta);
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    json_t *o = json_object(), *sh = json_array(), *of = json_array();
+    uint64_t numel = 1;
+    for (int d = 0; d < ndims[i]; d++) json_array_append_new(sh, json_integer(shapes[i][d])), numel *= shapes[i][d];
+    json_array_append_new(of, json_integer((json_int_t)off));
+    off += numel * dtype_size(dtype);
+    json_array_append_new(of, json_integer((json_int_t)off));
+    json_object_set_new(o, "dtype", json_string(dtype == GJ_ST_F32 ? "F32" : dtype == GJ_ST_F16 ? "F16" : "BF16"));
+    json_object_set_new(o, "shape", sh);
+    json_object_set_new(o, "data_offsets", of);
+    json_object_set_new(root, names[i], o);
+  }
+  char *hdr = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(root);
+  if (!hdr) return GJ_FAIL("out of memory");
+  size_t hl = strlen(hdr), pad = (8 - hl % 8) % 8; /* data aligned to 8 bytes */
+  w->f = fopen(path, "wb");
+  if (!w->f) return free(hdr), GJ_FAIL("%s: %s", path, strerror(errno));
+  unsigned char lb[8];
+  uint64_t total = hl + pad;
+  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(total >> (8 * i));
+  int bad = fwrite(lb, 1, 8, w->f) != 8 || fwrite(hdr, 1, hl, w->f) != hl;
+  for (size_t i = 0; i < pad; i++) bad |= fputc(' ', w->f) == EOF;
+  free(hdr);
+  w->data_start = 8 + total;
+  return bad ? GJ_FAIL("%s: write failed", path) : 0;
+}
+
+int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel) {
+  if (w->dtype == GJ_ST_F32) {
+    if (fwrite(data, 4, numel, w->f) != numel) return GJ_FAIL("%s: write failed (disk full?)", w->path);
+    return 0;
+  }
+  uint16_t buf[65536];
+  for (uint64_t i = 0; i < numel;) {
+    size_t k = (size_t)GJ_MIN((uint64_t)65536, numel - i);
+    for (size_t j = 0; j < k; j++) buf[j] = gj_f32_to_bf16(data[i + j]);
+    if (fwrite(buf, 2, k, w->f) != k) return GJ_FAIL("%s: write failed (disk full?)", w->path);
+    i += k;
+  }
+  return 0;
+}
+
+int gj_st_write_end(gj_st_writer *w) {
+  int bad = fflush(w->f) != 0 || fclose(w->f) != 0;
+  w->f = NULL;
+  return bad ? GJ_FAIL("%s: write failed (disk full?)", w->path) : 0;
+}

@@ -1,0 +1,51 @@
+/* safetensors files (Hugging Face): an 8-byte little-endian header length, a JSON header
+ * {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data.
+ * The header is parsed with a real JSON parser and every offset and length is checked against
+ * the file size before any tensor is read. */
+#ifndef GJ_IO_SAFETENSORS_H
+#define GJ_IO_SAFETENSORS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { GJ_ST_F32, GJ_ST_F16, GJ_ST_BF16 } gj_st_dtype;
+
+typedef struct {
+  char name[256];
+  gj_st_dtype dtype;
+  int ndim;
+  int64_t shape[4];
+  uint64_t begin, end; /* absolute file offsets */
+} gj_st_tensor;
+
+typedef struct {
+  char path[1024];
+  FILE *f;
+  gj_st_tensor *t;
+  int n;
+} gj_st_file;
+
+int gj_st_open(gj_st_file *s, const char *path);
+void gj_st_close(gj_st_file *s);
+const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name);
+/* Read tensor t converted to float32 into out (numel floats). */
+int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out);
+
+/* Writing: give the tensors (names, shapes, dtype) first, then their data in the same order. */
+typedef struct {
+  FILE *f;
+  char path[1024];
+  gj_st_dtype dtype;
+  uint64_t data_start;
+} gj_st_writer;
+int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int n,
+                      const char *const *names, const int *ndims, const int64_t (*shapes)[2]);
+int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel);
+int gj_st_write_end(gj_st_writer *w);
+
+/* Exact conversions. */
+float gj_f16_to_f32(uint16_t h);
+float gj_bf16_to_f32(uint16_t b);
+uint16_t gj_f32_to_bf16(float f); /* round to nearest even */
+
+#endif

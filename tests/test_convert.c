@@ -1,0 +1,274 @@
+/* gptj convert: golden weights written as Hugging Face safetensors (by a small generator here,
+ * independent of the library's writer) convert to a checkpoint that reproduces the golden
+ * logits and greedy ids; --to-hf then --from-hf round-trips bit-exactly; sharded input;
+ * float16/bfloat16 inputs become the nearest float32 exactly; bfloat16 output rounds to
+ * nearest even; inconsistent files are refused with one clear line. */
+#include <check.h>
+#include <hdf5.h>
+#include <jansson.h>
+#include <sys/wait.h>
+
+#include "io/h5util.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+#include "testutil.h"
+
+static char B_[1024], S_[1024], OUT[1200], GOLD[1200];
+static gj_config cfg;
+static gj_layout lay;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static float *golden_tensor(const gj_tensor *t) {
+  hid_t f = H5Fopen(GOLD, H5F_ACC_RDONLY, H5P_DEFAULT);
+  char p[300];
+  snprintf(p, sizeof p, "/weights/%s", t->name);
+  hid_t d = H5Dopen2(f, p, H5P_DEFAULT);
+  float *v = malloc(t->numel * sizeof(float));
+  H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+  H5Dclose(d), H5Fclose(f);
+  return v;
+}
+
+static void write_config(const char *dir) {
+  FILE *f;
+  char p[1400];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  f = fopen(p, "w");
+  fprintf(f, "{\"architectures\": [\"GPTJForCausalLM\"], \"model_type\": \"gptj\", \"vocab_size\": %lld, "
+          "\"n_positions\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, \"n_head\": %lld, \"rotary_dim\": %lld, "
+          "\"n_inner\": %lld, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\", "
+          "\"tie_word_embeddings\": false}\n",
+          (long long)cfg.vocab_size, (long long)cfg.n_positions, (long long)cfg.n_embd,
+          (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.rotary_dim, (long long)cfg.n_inner);
+  fclose(f);
+}
+
+/* Write tensors [first, last) of the layout as one safetensors file (F32), in layout order. */
+static void write_st(const char *path, int first, int last) {
+  json_t *h = json_object();
+  uint64_t off = 0;
+  for (int i = first; i < last; i++) {
+    const gj_tensor *t = &lay.t[i];
+    json_t *sh_ = t->ndim == 2 ? json_pack("[II]", (json_int_t)t->rows, (json_int_t)t->cols)
+                               : json_pack("[I]", (json_int_t)t->rows);
+    json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", sh_,
+                                              "data_offsets", (json_int_t)off,
+                                              (json_int_t)(off + 4 * t->numel)));
+    off += 4 * t->numel;
+  }
+  char *txt = json_dumps(h, JSON_COMPACT);
+  uint64_t hl = strlen(txt);
+  FILE *f = fopen(path, "wb");
+  for (int i = 0; i < 8; i++) fputc((int)(hl >> (8 * i)) & 0xff, f);
+  fwrite(txt, 1, hl, f);
+  for (int i = first; i < last; i++) {
+    float *v = golden_tensor(&lay.t[i]);
+    fwrite(v, 4, lay.t[i].numel, f);
+    free(v);
+  }
+  fclose(f);
+  free(txt);
+  json_decref(h);
+}
+
+static void make_hf(const char *dir) {
+  char p[1400];
+  sh("rm -rf %s && mkdir -p %s", dir, dir);
+  write_config(dir);
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  write_st(p, 0, lay.n);
+}
+
+/* every /model tensor of two checkpoints, bit for bit */
+static void same_models(const char *a, const char *b) {
+  hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT), fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
+  ck_assert(fa >= 0 && fb >= 0);
+  for (int i = 0; i < lay.n; i++) {
+    char p[300];
+    snprintf(p, sizeof p, "/model/%s", lay.t[i].name);
+    float *x = malloc(lay.t[i].numel * 4), *y = malloc(lay.t[i].numel * 4);
+    hid_t da = H5Dopen2(fa, p, H5P_DEFAULT), db = H5Dopen2(fb, p, H5P_DEFAULT);
+    ck_assert(da >= 0 && db >= 0);
+    H5Dread(da, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    H5Dread(db, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+    ck_assert_msg(!memcmp(x, y, lay.t[i].numel * 4), "%s differs", p);
+    H5Dclose(da), H5Dclose(db);
+    free(x), free(y);
+  }
+  H5Fclose(fa), H5Fclose(fb);
+}
+
+START_TEST(test_from_hf_golden) {
+  char hf[1300];
+  snprintf(hf, sizeof hf, "%s/hf", OUT);
+  make_hf(hf);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/ck.h5 >/dev/null", B_, hf, OUT), 0);
+  ck_assert_int_eq(sh("%s/tests/golden-run --weights %s/ck.h5 %s %s/conv-out.h5 >/dev/null", B_, OUT, GOLD, OUT), 0);
+  /* logits and greedy ids of the converted model equal the golden ones */
+  hid_t r = H5Fopen(GOLD, H5F_ACC_RDONLY, H5P_DEFAULT);
+  char p[1300];
+  snprintf(p, sizeof p, "%s/conv-out.h5", OUT);
+  hid_t c = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+  size_t n = 2 * 16 * cfg.vocab_size;
+  double *lr = tu_dalloc(n), *lc = tu_dalloc(n), num = 0, den = 0;
+  hid_t d1 = H5Dopen2(r, "/outputs/logits", H5P_DEFAULT), d2 = H5Dopen2(c, "/outputs/logits", H5P_DEFAULT);
+  H5Dread(d1, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, lr);
+  H5Dread(d2, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, lc);
+  for (size_t i = 0; i < n; i++) num += (lr[i] - lc[i]) * (lr[i] - lc[i]), den += lr[i] * lr[i];
+  ck_assert_double_le(sqrt(num / den), 1e-5);
+  int32_t g1[17], g2[17];
+  H5Dclose(d1), H5Dclose(d2);
+  d1 = H5Dopen2(r, "/generate/greedy_ids", H5P_DEFAULT), d2 = H5Dopen2(c, "/generate/greedy_ids", H5P_DEFAULT);
+  H5Dread(d1, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, g1);
+  H5Dread(d2, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, g2);
+  ck_assert(!memcmp(g1, g2, sizeof g1));
+  H5Dclose(d1), H5Dclose(d2), H5Fclose(r), H5Fclose(c);
+  free(lr), free(lc);
+  /* --to-hf, then --from-hf: bit-exact */
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hf2 --checkpoint %s/ck.h5 >/dev/null", B_, OUT, OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s/hf2 --out %s/ck2.h5 >/dev/null", B_, OUT, OUT), 0);
+  char a[1300], b[1300];
+  snprintf(a, sizeof a, "%s/ck.h5", OUT), snprintf(b, sizeof b, "%s/ck2.h5", OUT);
+  same_models(a, b);
+  ck_assert_int_eq(sh("grep -q '\"architectures\"' %s/hf2/config.json && grep -q GPTJForCausalLM %s/hf2/config.json", OUT, OUT), 0);
+  /* sharded input with an index */
+  char hs[1300], p2[1400];
+  snprintf(hs, sizeof hs, "%s/hfs", OUT);
+  sh("rm -rf %s && mkdir -p %s", hs, hs);
+  write_config(hs);
+  int half = lay.n / 2;
+  snprintf(p2, sizeof p2, "%s/model-00001-of-00002.safetensors", hs);
+  write_st(p2, 0, half);
+  snprintf(p2, sizeof p2, "%s/model-00002-of-00002.safetensors", hs);
+  write_st(p2, half, lay.n);
+  json_t *idx = json_object(), *wm = json_object();
+  for (int i = 0; i < lay.n; i++)
+    json_object_set_new(wm, lay.t[i].name, json_string(i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
+  json_object_set_new(idx, "weight_map", wm);
+  snprintf(p2, sizeof p2, "%s/model.safetensors.index.json", hs);
+  json_dump_file(idx, p2, 0);
+  json_decref(idx);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/ck3.h5 >/dev/null", B_, hs, OUT), 0);
+  snprintf(b, sizeof b, "%s/ck3.h5", OUT);
+  same_models(a, b);
+  /* bfloat16 output: round to nearest even of every value */
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfb --checkpoint %s/ck.h5 --dtype bfloat16 >/dev/null", B_, OUT, OUT), 0);
+  gj_st_file st;
+  snprintf(p2, sizeof p2, "%s/hfb/model.safetensors", OUT);
+  ck_assert_int_eq(gj_st_open(&st, p2), 0);
+  const gj_tensor *t = gj_layout_find(&lay, "transformer.h.1.mlp.fc_in.weight");
+  const gj_st_tensor *tt = gj_st_find(&st, t->name);
+  ck_assert_ptr_nonnull(tt);
+  ck_assert_int_eq(tt->dtype, GJ_ST_BF16);
+  float *got = malloc(t->numel * 4), *orig = golden_tensor(t);
+  ck_assert_int_eq(gj_st_read_f32(&st, tt, got), 0);
+  for (size_t i = 0; i < t->numel; i++) {
+    /* the nearest bfloat16, ties to even, found by looking at both neighbours */
+    uint32_t u;
+    memcpy(&u, &orig[i], 4);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, 4), memcpy(&fhi, &hi, 4);
+    double dlo = fabs((double)orig[i] - flo), dhi = fabs((double)fhi - orig[i]);
+    float want = dlo < dhi ? flo : dhi < dlo ? fhi : (((lo >> 16) & 1) ? fhi : flo);
+    ck_assert_msg(got[i] == want, "bf16 of %.9g: %.9g, expected %.9g", orig[i], got[i], want);
+  }
+  free(got), free(orig);
+  gj_st_close(&st);
+}
+END_TEST
+
+START_TEST(test_half_inputs_exact) {
+  /* every 16-bit pattern that is a finite number */
+  for (uint32_t b = 0; b < 65536; b++) {
+    int e = (b >> 10) & 31, m = b & 1023, s = b >> 15;
+    if (e != 31) {
+      double want = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+      if (s) want = -want;
+      ck_assert_msg(gj_f16_to_f32((uint16_t)b) == (float)want, "f16 0x%04x", b);
+    }
+    int be = (b >> 7) & 255, bm = b & 127;
+    if (be != 255) {
+      double want = be == 0 ? ldexp(bm, -133) : ldexp(128 + bm, be - 134);
+      if (s) want = -want;
+      ck_assert_msg(gj_bf16_to_f32((uint16_t)b) == (float)want, "bf16 0x%04x", b);
+    }
+  }
+  ck_assert(isinf(gj_f16_to_f32(0x7c00)) && isnan(gj_f16_to_f32(0x7e00)));
+}
+END_TEST
+
+static void expect_error(const char *dir, const char *want) {
+  char log[1300];
+  snprintf(log, sizeof log, "%s/err.log", OUT);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/bad.h5 2>%s", B_, dir, OUT, log), 1);
+  ck_assert_int_eq(sh("test $(wc -l < %s) -eq 1 && grep -q -- \"%s\" %s", log, want, log), 0);
+  ck_assert_int_ne(sh("test -e %s/bad.h5", OUT), 0);
+}
+
+START_TEST(test_bad_files) {
+  char d[1300], p[1400];
+  snprintf(d, sizeof d, "%s/hfbad", OUT);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  /* header length beyond the file */
+  make_hf(d);
+  sh("printf '\\xff\\xff\\xff\\x00\\x00\\x00\\x00\\x00' | dd of=%s bs=1 count=8 conv=notrunc status=none", p);
+  expect_error(d, "does not fit in the file");
+  /* truncated data: offsets beyond the end */
+  make_hf(d);
+  sh("truncate -s -1000 %s", p);
+  expect_error(d, "data_offsets outside");
+  /* a config that disagrees with the tensors */
+  make_hf(d);
+  sh("sed -i 's/\"n_inner\": [0-9]*/\"n_inner\": 128/' %s/config.json", d);
+  expect_error(d, "wrong shape for config.json");
+  /* header that is not JSON */
+  make_hf(d);
+  sh("printf 'xxxxxxxx' | dd of=%s bs=1 seek=8 count=8 conv=notrunc status=none", p);
+  expect_error(d, "not a JSON object");
+  /* a missing directory */
+  expect_error("/nonexistent-dir", "/nonexistent-dir/config.json");
+}
+END_TEST
+
+int main(void) {
+  snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
+  snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
+  snprintf(OUT, sizeof OUT, "%s/tests/out/convert", B_);
+  snprintf(GOLD, sizeof GOLD, "%s/tests/golden/gptj-tiny.h5", S_);
+  sh("mkdir -p %s", OUT);
+  gj_h5_quiet();
+  hid_t f = H5Fopen(GOLD, H5F_ACC_RDONLY, H5P_DEFAULT);
+  gj_h5_attr_i64(f, GOLD, "vocab_size", &cfg.vocab_size);
+  gj_h5_attr_i64(f, GOLD, "n_positions", &cfg.n_positions);
+  gj_h5_attr_i64(f, GOLD, "n_embd", &cfg.n_embd);
+  gj_h5_attr_i64(f, GOLD, "n_layer", &cfg.n_layer);
+  gj_h5_attr_i64(f, GOLD, "n_head", &cfg.n_head);
+  gj_h5_attr_i64(f, GOLD, "rotary_dim", &cfg.rotary_dim);
+  gj_h5_attr_i64(f, GOLD, "n_inner", &cfg.n_inner);
+  H5Fclose(f);
+  cfg.layer_norm_epsilon = 1e-5;
+  if (gj_layout_build(&lay, &cfg, 1, 0)) return 1;
+  Suite *s = suite_create("convert");
+  TCase *tc = tcase_create("convert");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_from_hf_golden);
+  tcase_add_test(tc, test_half_inputs_exact);
+  tcase_add_test(tc, test_bad_files);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
