@@ -19,6 +19,8 @@ fi
 cat tests/*.log | grep -E '^(golden|[0-9]+%)' || true
 echo "== Slurm (a real one-node cluster from ../shared/tools/local-slurm)"
 bash "$top/tests/slurm-test.sh" "$build"
+echo "== fuzzing: each libFuzzer harness for ${GJ_FUZZ_SECONDS:-30} s (tests/fuzz/run.sh)"
+bash "$top/tests/fuzz/run.sh" "${GJ_FUZZ_SECONDS:-30}" "$build/fuzz"
 echo "== make distcheck"
 make -s -j"$(nproc)" distcheck >distcheck.log 2>&1 || { tail -n 60 distcheck.log >&2; echo "error: make distcheck failed" >&2; exit 1; }
 echo "all tests passed in $(( $(date +%s) - start )) s"
