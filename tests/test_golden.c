@@ -198,6 +198,7 @@ START_TEST(test_bad_inputs) {
 END_TEST
 
 int main(void) {
+  setenv("OMP_NUM_THREADS", "1", 1); /* up to 4 ranks share the cores */
   snprintf(builddir, sizeof builddir, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(mpirun, sizeof mpirun, "%s", tu_env("GJ_MPIRUN", "mpirun"));
   const char *src = tu_env("GJ_SRCDIR", ".");

@@ -250,6 +250,8 @@ START_TEST(test_nan_steps) {
 END_TEST
 
 int main(void) {
+  /* one thread per rank: up to 4 ranks share this machine's cores */
+  setenv("OMP_NUM_THREADS", "1", 1);
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
   snprintf(MPI_, sizeof MPI_, "%s", tu_env("GJ_MPIRUN", "mpirun"));

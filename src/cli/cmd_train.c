@@ -216,6 +216,10 @@ int gj_cmd_train(int argc, char **argv) {
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
   double avail = o.mem_gb > 0 ? o.mem_gb * 1e9 : gj_mem_available_bytes() / local;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (g.rank == 0 && cores > 0 && (long)local * omp_get_max_threads() > cores)
+    gj_warn("%d ranks x %d threads on %ld cores of this node: oversubscribed, which is slow; "
+            "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
   rc = avail > 0 && need > avail
            ? GJ_FAIL("the model needs %.2f GB per rank (parameters %.2f, gradients %.2f, AdamW %.2f, "
                      "activations %.2f) but %.2f GB are available per rank (%d on this node): use "
