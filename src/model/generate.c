@@ -58,7 +58,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
   if (Tk > m->Tmax || n > NC)
     return GJ_FAIL("sequence of %lld tokens exceeds the context %lld", (long long)Tk, (long long)m->Tmax);
   /* Scratch: resid slot 0 as x, slot 1 as the next x; layer-0 slots of h/q/att/pre/act. */
-  float *x = a->resid, *h = a->h, *q = a->q, *att = a->att, *pre = a->pre, *act = a->act;
+  float *x = a->resid, *h = a->h, *q = a->q, *att = a->att, *pre = a->pre, *act = a->dact;
   gj_embedding_forward(x, ids, m->P.wte, n, D, m->v0, m->Vl);
   GJ_TRY(gj_tp_allreduce_sum(m->g, x, n * D));
   for (int64_t l = 0; l < c->n_layer; l++) {

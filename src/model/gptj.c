@@ -48,7 +48,7 @@ static void param_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 32
+#define GJ_ACT_ITEMS 31
 typedef struct { float **p; size_t n; } act_item;
 
 static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int recompute,
@@ -63,7 +63,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->resid, (L + 1) * N * D}, {&a->ln_mean, Ls * N}, {&a->ln_rstd, Ls * N},
       {&a->h, Ls * N * D}, {&a->q, Ls * N * Dl}, {&a->k, Ls * N * Dl}, {&a->v, Ls * N * Dl},
       {&a->att, Ls * N * Dl}, {&a->lse, Ls * N * Hl}, {&a->pre, Ls * N * Fl},
-      {&a->act, Ls * N * Fl}, {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, N * D},
+      {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, N * D},
       {&a->logits, N * Vl}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, 2 * N},
       {&a->y, N * D}, {&a->dx, N * D}, {&a->dh, N * D}, {&a->dq, N * Dl},
       {&a->dk, N * Dl}, {&a->dv, N * Dl}, {&a->datt, N * Dl}, {&a->dact, N * Fl},
@@ -161,7 +161,7 @@ void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeo
 /* A layer's activation buffers: the residual input x of layer l, and the slot that holds its
  * other activations (slot l, or slot 0 with recomputation). */
 typedef struct {
-  float *x, *h, *q, *k, *v, *att, *lse, *pre, *act, *mean, *rstd;
+  float *x, *h, *q, *k, *v, *att, *lse, *pre, *mean, *rstd;
 } layer_bufs;
 
 static layer_bufs layer_at(gj_model *m, int64_t l) {
@@ -169,13 +169,14 @@ static layer_bufs layer_at(gj_model *m, int64_t l) {
   const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, s = m->recompute ? 0 : l;
   layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + s * NC * m->Dl,
                   a->k + s * NC * m->Dl, a->v + s * NC * m->Dl, a->att + s * NC * m->Dl,
-                  a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl, a->act + s * NC * m->Fl,
+                  a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
                   a->ln_mean + s * NC, a->ln_rstd + s * NC};
   return b;
 }
 
-/* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention,
- * fc_in and gelu. No communication: it can be recomputed in backward. */
+/* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention
+ * and fc_in (gelu of it is recomputed where needed, into the dact work buffer, so that it is
+ * never stored per layer). No communication: it can be recomputed in backward. */
 static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, int64_t T) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
@@ -193,7 +194,6 @@ static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, i
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, a->attn_scratch, B,
                                            T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0));
-  TIMED(GJ_PROF_ELEM, gj_gelu_forward(b->act, b->pre, N * Fl));
 }
 
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
@@ -218,9 +218,10 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
     layer_bufs lb = layer_at(m, l);
     float *x = lb.x, *xo = a->resid + (l + 1) * NC * D;
     layer_acts(m, l, &lb, B, T);
+    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, lb.pre, N * Fl));
     /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
     TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, p->wo, NULL, N, Dl, D, 0);
-          gj_linear_forward(a->y, lb.act, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL,
+          gj_linear_forward(a->y, a->dact, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL,
                             N, Fl, D, 1));
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D)));
     double t0 = m->profile ? gj_now() : 0;
@@ -263,10 +264,14 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     layer_bufs lb = layer_at(m, l);
     if (m->recompute) layer_acts(m, l, &lb, B, T);
     float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
-    float *pre = lb.pre, *act = lb.act;
+    float *pre = lb.pre;
     /* dx is the gradient of the block output; both branches receive it unchanged. */
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dact, gp->fc_out_w, gp->fc_out_b, a->dx, act,
-                                           p->fc_out_w, a->ones, N, Fl, D, 0));
+    /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
+     * then receives the input gradient. */
+    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, a->dact,
+                                           p->fc_out_w, a->ones, N, Fl, D, 0);
+          gj_linear_backward_input(a->dact, a->dx, p->fc_out_w, N, Fl, D, 0));
     TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl));
     TIMED(GJ_PROF_GEMM,
           gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, h, p->fc_in_w, a->ones, N,

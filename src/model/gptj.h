@@ -20,7 +20,7 @@ typedef struct {
   float *q, *k, *v;         /* [L, N, Dl] (q, k after rotary) */
   float *att;               /* [L, N, Dl] attention output before out_proj */
   float *lse;               /* [L, B, Hl, T] attention log-sum-exp */
-  float *pre, *act;         /* [L, N, Fl] fc_in output, gelu of it */
+  float *pre;               /* [L, N, Fl] fc_in output (gelu of it is recomputed) */
   float *lnf_mean, *lnf_rstd; /* [N] */
   float *xf;                /* [N, D] ln_f output */
   float *logits;            /* [N, Vl]; backward turns it into d loss / d logits */

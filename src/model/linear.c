@@ -24,3 +24,9 @@ void gj_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
               x, (int)Din, 1.0f, dW, (int)Din);
   if (db) cblas_sgemv(CblasRowMajor, CblasTrans, (int)N, (int)Dout, 1.0f, dy, (int)Dout, ones, 1, 1.0f, db, 1);
 }
+
+void gj_linear_backward_input(float *dx, const float *dy, const float *W, int64_t N, int64_t Din,
+                              int64_t Dout, int accumulate) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)Din, (int)Dout, 1.0f, dy,
+              (int)Dout, W, (int)Din, accumulate ? 1.0f : 0.0f, dx, (int)Din);
+}

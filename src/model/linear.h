@@ -11,4 +11,7 @@ void gj_linear_forward(float *y, const float *x, const float *W, const float *b,
 void gj_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                         const float *W, const float *ones, int64_t N, int64_t Din, int64_t Dout,
                         int accumulate_dx);
+/* dx [N, Din] = dy [N, Dout] W [Dout, Din] (+= if accumulate). */
+void gj_linear_backward_input(float *dx, const float *dy, const float *W, int64_t N, int64_t Din,
+                              int64_t Dout, int accumulate);
 #endif
