@@ -125,9 +125,10 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
                      int *resumed) {
   *resumed = 0;
   if (!resume || !strcmp(resume, "none")) return 0;
+  double t0 = gj_now();
   if (strcmp(resume, "auto")) {
     GJ_TRY(gj_ckpt_load(resume, m, meta, 1));
-    gj_info("resumed from %s at step %lld", resume, (long long)meta->step);
+    gj_info("resumed from %s at step %lld (loaded in %.1f s)", resume, (long long)meta->step, gj_now() - t0);
     *resumed = 1;
     return 0;
   }
@@ -140,7 +141,7 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
   for (int i = 0; i < n; i++) {
     rc = gj_ckpt_load(cands[i], m, meta, 1);
     if (!rc) {
-      gj_info("resumed from %s at step %lld", cands[i], (long long)meta->step);
+      gj_info("resumed from %s at step %lld (loaded in %.1f s)", cands[i], (long long)meta->step, gj_now() - t0);
       *resumed = 1;
       break;
     }
