@@ -50,10 +50,13 @@ int gj_cmd_plan(int argc, char **argv) {
   int64_t N = B * T;
   double tokens = (double)N * A * dp, fpt = gj_flops_per_token(&c, T);
   double flops_step = fpt * tokens, flops_rank = flops_step / (dp * tp);
+  /* recomputation runs each layer's forward again (2 FLOPs per weight, plus attention) */
+  double layer_params = (double)c.n_layer * (4.0 * c.n_embd * c.n_embd + 2.0 * c.n_embd * c.n_inner);
+  double extra = recompute ? (2.0 * layer_params + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
   double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
   double dp_bytes = ring((double)ms.params, (int)dp);
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
-  double t_comp = flops_rank / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
+  double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s\n",
          mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
@@ -68,7 +71,8 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("  total             %12.3f GB   of %.3f GB available per rank: %s\n", total / 1e9,
          avail / 1e9, total <= avail ? "fits" : "DOES NOT FIT");
   printf("per step:\n");
-  printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)\n", flops_step, flops_rank, fpt);
+  printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
+         recompute ? ", plus the recomputed forward" : "");
   printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients)\n",
          tp_bytes, dp_bytes);
   printf("time per step (estimate, no overlap):\n");
