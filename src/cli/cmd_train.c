@@ -338,6 +338,7 @@ int gj_cmd_train(int argc, char **argv) {
       double tps = (meta.tokens_seen - tokens_at_last) / (span > 0 ? span : 1e-9);
       double mfu = tps * flops_tok / g.size / sgemm;
       double eta = (o.steps - step) * step_time_ema;
+      if (o.max_time > 0 && o.max_time - elapsed < eta) eta = GJ_MAX(0.0, o.max_time - elapsed);
       char el[32], et[32];
       fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
       gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s | %.0f MB",
