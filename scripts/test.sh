@@ -17,6 +17,15 @@ if ! make -j"$(nproc)" check; then
   exit 1
 fi
 cat tests/*.log | grep -E '^(golden|[0-9]+%)' || true
+echo "== bad input: every command, one clear line, non-zero exit, no hang (tests/bad-input.sh)"
+bash "$top/tests/bad-input.sh" "$build"
+echo "== valgrind: a few training steps, no invalid access and no definite leak"
+OMP_NUM_THREADS=1 timeout 900 valgrind --error-exitcode=1 --leak-check=full --show-leak-kinds=definite \
+  --errors-for-leak-kinds=definite --suppressions=/usr/share/openmpi/openmpi-valgrind.supp \
+  --suppressions="$top/tests/valgrind.supp" ./gptj train --data tests/out/bad/ok.h5 --steps 3 \
+  --micro-batch 2 --seq-len 16 --run-dir tests/out/valgrind >tests/valgrind.log 2>&1 ||
+  { tail -n 40 tests/valgrind.log >&2; echo "error: valgrind found errors" >&2; exit 1; }
+grep -E 'ERROR SUMMARY' tests/valgrind.log
 echo "== Slurm (a real one-node cluster from ../shared/tools/local-slurm)"
 bash "$top/tests/slurm-test.sh" "$build"
 echo "== fuzzing: each libFuzzer harness for ${GJ_FUZZ_SECONDS:-30} s (tests/fuzz/run.sh)"

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Table-driven bad-input tests: each row runs a gptj command (plain, or on 2 ranks) on a bad
+# input and requires a non-zero exit within the time limit (no hang), no death by a signal,
+# exactly one line of error output naming the file/key/flag (the expected text), and no
+# checkpoint or dataset left under a final name. Usage: tests/bad-input.sh BUILD_DIR
+set -uo pipefail
+build=$(cd "${1:?usage: bad-input.sh BUILD_DIR}" && pwd)
+top=$(cd "$(dirname "$0")/.." && pwd)
+g=$build/gptj
+w=$build/tests/out/bad
+rm -rf "$w" && mkdir -p "$w"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
+pass=0 fail=0
+
+# fixtures
+"$g" tokenize --out "$w/ok.h5" "$top/data/brown-valid.txt" >/dev/null
+"$g" train --data "$w/ok.h5" --steps 1 --seq-len 16 --micro-batch 1 --run-dir "$w/run" >/dev/null 2>&1
+ck=$w/run/ckpt-00000001.h5
+printf 'plain text, not HDF5\n' > "$w/text.h5"
+head -c 3000 "$w/ok.h5" > "$w/trunc.h5"
+: > "$w/empty.txt"
+printf '{"text": "fine"}\nnot json\n' > "$w/bad.jsonl"
+printf '{"text": "fine"}\n{"title": "no text"}\n' > "$w/notext.jsonl"
+printf 'n_embd = 64\nn_hed = 4\n' > "$w/typo.conf"
+printf 'n_layer = -3\n' > "$w/neg.conf"
+printf 'n_embd = 64\nrotary_dim = 32\n' > "$w/rot.conf"
+printf 'n_embd 64\n' > "$w/noeq.conf"
+printf 'a\0b\n' > "$w/nul.conf"
+/usr/bin/python3 - "$w" <<'PY'
+import sys, h5py, numpy as np
+w = sys.argv[1]
+with h5py.File(w + "/bigid.h5", "w") as f:   # ids beyond the model's vocabulary
+    f["tokens"] = np.array([1, 2, 60000, 3] * 100, dtype=np.uint16)
+    f["doc_offsets"] = np.array([0, 400], dtype=np.uint64)
+    for k, v in dict(n_tokens=400, n_docs=1, n_bytes=1000, vocab_size=65536, eot_id=50256).items():
+        f.attrs[k] = np.int64(v)
+with h5py.File(w + "/short.h5", "w") as f:   # fewer tokens than one window
+    f["tokens"] = np.array([1, 2, 3], dtype=np.uint16)
+    f["doc_offsets"] = np.array([0, 3], dtype=np.uint64)
+    for k, v in dict(n_tokens=3, n_docs=1, n_bytes=10, vocab_size=50257, eot_id=50256).items():
+        f.attrs[k] = np.int64(v)
+PY
+mkdir -p "$w/vocab" && echo '{"a": 0,' > "$w/vocab/encoder.json" && cp "$top/data/gpt2/vocab.bpe" "$w/vocab/"
+
+# np | expected text in the error | command (after gptj)
+rows=(
+"0|unknown command 'trian'|trian"
+"0|unknown option '--stepz'|train --data $w/ok.h5 --stepz 3"
+"0|--steps: missing value|train --data $w/ok.h5 --steps"
+"0|--steps: expected an integer, got 'ten'|train --data $w/ok.h5 --steps ten"
+"0|--lr: -1 is out of range|train --data $w/ok.h5 --lr -1"
+"0|--micro-batch: 0 is out of range|train --data $w/ok.h5 --micro-batch 0"
+"0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"
+"0|rotary_dim 32 is larger than the head dimension 16|train --data $w/ok.h5 --config $w/rot.conf"
+"0|typo.conf:2: unknown key 'n_hed'|train --data $w/ok.h5 --config $w/typo.conf"
+"0|neg.conf:1: n_layer: expected a positive integer|train --data $w/ok.h5 --config $w/neg.conf"
+"0|noeq.conf:1: expected 'key = value'|train --data $w/ok.h5 --config $w/noeq.conf"
+"0|nul.conf:1: NUL byte|train --data $w/ok.h5 --config $w/nul.conf"
+"0|missing.conf: No such file|train --data $w/ok.h5 --config $w/missing.conf"
+"0|unknown preset 'gpt5'|train --data $w/ok.h5 --preset gpt5"
+"0|--data: required|train --steps 2"
+"0|missing.h5: No such file|train --data $w/missing.h5"
+"0|is a directory|train --data $w"
+"0|text.h5: not an HDF5 file|train --data $w/text.h5"
+"0|trunc.h5|train --data $w/trunc.h5"
+"0|id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5"
+"0|fewer than one window|train --data $w/short.h5 --seq-len 16"
+"0|--seq-len 4096 exceeds n_positions 128|train --data $w/ok.h5 --seq-len 4096"
+"2|--tp 3 does not divide the number of ranks 2|train --data $w/ok.h5 --tp 3"
+"0|checkpoint has n_layer = 2, this run has 3|train --data $w/ok.h5 --n_layer 3 --resume $ck --run-dir $w/r2"
+"0|text.h5: not an HDF5 file|train --data $w/ok.h5 --resume $w/text.h5 --run-dir $w/r3"
+"0|sub/config.conf: Not a directory|train --data $w/ok.h5 --steps 1 --seq-len 16 --run-dir $w/text.h5/sub"
+"2|the model needs|train --data $w/ok.h5 --preset gptj-6b --seq-len 16 --micro-batch 1 --run-dir $w/r4"
+"0|--checkpoint: required|eval --data $w/ok.h5"
+"0|missing.h5: No such file|eval --checkpoint $w/missing.h5 --data $w/ok.h5"
+"0|--stride 64 exceeds --seq-len 16|eval --checkpoint $ck --data $w/ok.h5 --seq-len 16 --stride 64"
+"0|give one of --prompt or --prompt-ids|generate --checkpoint $ck"
+"0|id 99999 outside|generate --checkpoint $ck --prompt-ids 1,99999"
+"0|--out: required|tokenize $top/data/brown-valid.txt"
+"0|no input files|tokenize --out $w/x.h5"
+"0|missing.txt: No such file|tokenize --out $w/x.h5 $w/missing.txt"
+"0|empty.txt: no documents|tokenize --out $w/x.h5 $w/empty.txt"
+"0|bad.jsonl:2: not valid JSON|tokenize --out $w/x.h5 $w/bad.jsonl"
+"0|notext.jsonl:2: no \"text\" string field|tokenize --out $w/x.h5 $w/notext.jsonl"
+"2|bad.jsonl:2: not valid JSON|tokenize --out $w/x.h5 $w/bad.jsonl"
+"0|is a directory|tokenize --out $w/x.h5 $w"
+"0|encoder.json|encode --vocab-dir $w/vocab"
+"0|id 50300 is outside the vocabulary|decode"
+"0|missing.h5: No such file|info $w/missing.h5"
+"0|text.h5: not an HDF5 file|info $w/text.h5"
+"0|give one of --from-hf or --to-hf|convert"
+"0|config.json|convert --from-hf $w/missing --out $w/x.h5"
+"0|--dtype: expected float32 or bfloat16|convert --to-hf $w/hfo --checkpoint $ck --dtype int8"
+"0|--tp 3 does not divide n_head 4|plan --tp 3"
+)
+for row in "${rows[@]}"; do
+  np=${row%%|*}; rest=${row#*|}; want=${rest%%|*}; cmd=${rest#*|}
+  err=$w/err.txt
+  # shellcheck disable=SC2086
+  if [ "$np" = 0 ]; then
+    if [ "$cmd" = decode ]; then echo "15496 50300" | timeout 60 "$g" decode >/dev/null 2>"$err"; rc=$?
+    else timeout 60 "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?; fi
+  else
+    timeout 60 mpirun --quiet -np "$np" "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?
+  fi
+  lines=$(grep -cv -e '^\[rank [0-9]*\] warning' -e '^$' "$err")
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$err"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); echo "FAIL: bad input: gptj $cmd (np $np): exit $rc, $lines lines, wanted '$want':"; sed 's/^/    /' "$err" | head -5
+  fi
+done
+# nothing left under a final name by the failed tokenize runs
+if [ -e "$w/x.h5" ]; then fail=$((fail + 1)); echo "FAIL: bad input: a partial $w/x.h5 was left"; else pass=$((pass + 1)); fi
+echo "bad input: $pass passed, $fail failed"
+[ $fail -eq 0 ]
