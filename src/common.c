@@ -106,7 +106,13 @@ void gj_blas_select_kernel(char **argv) {
   if (!generic || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
   setenv("OPENBLAS_CORETYPE", "Haswell", 1);
   setenv("GJ_BLAS_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);
+  /* exec the real path, not /proc/self/exe, so that the process keeps its name */
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    execv(self, argv);
+  }
   /* exec failed: go on with the generic kernel */
 }
 

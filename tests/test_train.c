@@ -222,6 +222,50 @@ START_TEST(test_kill_during_save) {
 }
 END_TEST
 
+/* The loss of each step, the last record of a step winning (a resumed run logs again the
+ * steps after its checkpoint). */
+static int read_losses_by_step(const char *run, double *out, int max) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    char *st = strstr(line, "\"step\": "), *l = strstr(line, "\"loss\": ");
+    if (!st || !l) continue;
+    int k = atoi(st + 8);
+    if (k >= 1 && k <= max) out[k - 1] = atof(l + 8), n = k > n ? k : n;
+  }
+  fclose(f);
+  return n;
+}
+
+/* kill -9 of one rank: the job ends (no hang); --resume auto continues from the last
+ * checkpoint with the trajectory of an uninterrupted run. */
+START_TEST(test_kill_one_rank) {
+  double ref[64], got[64];
+  run_layout("k_ref", 2, 1, "", ref, 16);
+  char run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/k_one", OUT);
+  snprintf(log, sizeof log, "%s/k_one.log", OUT);
+  sh("rm -rf %s", run);
+  int rc = sh("timeout 120 %s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --save-every 4 "
+              "--run-dir %s >%s 2>&1 & p=$!; for i in $(seq 300); do grep -q 'step 9/' %s 2>/dev/null && break; "
+              "sleep 0.05; done; m=$(pgrep -P $p); kill -9 $(pgrep -P $m -x gptj | tail -1); "
+              "s=$SECONDS; wait $p; e=$?; echo \"ended $e after $((SECONDS - s)) s\" >> %s; [ $e -ne 0 ] && [ $((SECONDS - s)) -lt 30 ]",
+              MPI_, B_, COMMON, DATA, run, log, log, log);
+  ck_assert_msg(rc == 0, "the job did not end promptly with an error after kill -9 of a rank");
+  char args[2048];
+  snprintf(args, sizeof args, "train %s --data %s --steps 16 --micro-batch 4 --save-every 4 --run-dir %s --resume auto",
+           COMMON, DATA, run);
+  ck_assert_int_eq(gptj(2, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'resumed from' %s", log), 0);
+  ck_assert_int_eq(read_losses_by_step(run, got, 64), 16);
+  for (int i = 0; i < 16; i++) ck_assert_msg(got[i] == ref[i], "step %d: %.9g vs %.9g", i + 1, got[i], ref[i]);
+}
+END_TEST
+
 START_TEST(test_signal_stop) {
   char run[1300], log[1400];
   snprintf(run, sizeof run, "%s/sig", OUT);
@@ -270,6 +314,7 @@ int main(void) {
   tcase_add_test(tc, test_damaged_checkpoints);
   tcase_add_test(tc, test_kill_during_save);
   tcase_add_test(tc, test_signal_stop);
+  tcase_add_test(tc, test_kill_one_rank);
   tcase_add_test(tc, test_nan_steps);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
