@@ -7,6 +7,8 @@
 #include "cli/cli.h"
 #include "common.h"
 
+#include <hdf5.h>
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: gptj <command> [options]\n"
@@ -24,6 +26,9 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
   gj_blas_select_kernel(argv);
+  /* files are closed by the code that opened them; a checkpoint whose write failed is
+   * deliberately left open (see gj_ckpt_save), so no close at exit */
+  H5dont_atexit();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -154,12 +155,29 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   gj_h5_quiet();
+  /* Room for the file first: HDF5 1.10 can hang in the collective close of a file whose
+   * write failed for lack of space, so a full disk is refused before anything is written. */
+  int rc = 0;
+  if (g->rank == 0) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *sl = strrchr(dir, '/');
+    if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
+    double need = 3.0 * (double)m->lay.n_global * sizeof(float) + (4 << 20);
+    struct statvfs vfs;
+    if (!statvfs(dir, &vfs)) {
+      double avail = (double)vfs.f_bavail * vfs.f_frsize;
+      if (avail < need)
+        rc = GJ_FAIL("%s: %.0f MB free, the checkpoint needs %.0f MB (disk full?); the previous "
+                     "checkpoint is kept", dir, avail / 1e6, need / 1e6);
+    }
+  }
+  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: not enough disk space", path);
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, g->world, MPI_INFO_NULL);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  int rc = 0;
   if (f < 0) rc = GJ_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
   if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: cannot create checkpoint", tmp);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -198,6 +216,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   if (go >= 0) H5Gclose(go);
   if (gl >= 0) H5Gclose(gl);
   if (rc) rc = GJ_FAIL("%s: cannot write attributes (disk full?)", tmp);
+  if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: cannot write attributes on another rank", tmp);
   char p[512];
   const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
@@ -218,9 +237,19 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
         src = stage;
       }
       if (!rc) rc = write_tensor(f, p, g, t, src, compress, dxpl);
+      /* A failed write (a full disk) may show on some ranks only: agree before the next
+       * collective call, or the others would wait in it for ever. */
+      if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: write failed on another rank (disk full?)", tmp);
     }
   free(stage);
   H5Pclose(dxpl);
+  if (rc) {
+    /* A write failed on some rank (all agree by now). Closing would be collective and can
+     * hang in HDF5 1.10 after a failed write: leave the handle (main turns off HDF5's
+     * close-at-exit), remove the temporary file and report. */
+    if (g->rank == 0) unlink(tmp);
+    return rc;
+  }
   if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
   if (g->rank == 0 && !rc) {
     int fd = open(tmp, O_RDONLY);
