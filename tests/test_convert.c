@@ -17,16 +17,7 @@ static char B_[1024], S_[1024], OUT[1200], GOLD[1200];
 static gj_config cfg;
 static gj_layout lay;
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+#define sh tu_sh
 
 static float *golden_tensor(const gj_tensor *t) {
   hid_t f = H5Fopen(GOLD, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -266,9 +257,5 @@ int main(void) {
   tcase_add_test(tc, test_half_inputs_exact);
   tcase_add_test(tc, test_bad_files);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

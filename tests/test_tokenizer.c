@@ -152,10 +152,7 @@ int main(void) {
   tcase_add_test(tc, test_brown_counts);
   tcase_add_test(tc, test_bad_vocab_dir);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = tu_run(s);
   gj_tokenizer_free(tok);
-  return failed ? 1 : 0;
+  return failed;
 }

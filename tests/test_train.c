@@ -12,23 +12,7 @@
 
 static char B_[1024], S_[1024], MPI_[512], DATA[1200], OUT[1200];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
+#define sh tu_sh
 
 /* Launch gptj with np ranks (np 0: plain process). */
 static int gptj(int np, const char *args, const char *log) {
@@ -347,9 +331,5 @@ int main(void) {
   tcase_add_test(tc, test_disk_full);
   tcase_add_test(tc, test_nan_steps);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

@@ -4,6 +4,9 @@
 #define GJ_TESTUTIL_H
 
 #include <math.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,4 +50,35 @@ static inline const char *tu_env(const char *name, const char *def) {
   const char *v = getenv(name);
   return v && *v ? v : def;
 }
+
+/* Run a shell command line (bash, printf-style); its exit status, or 128 + signal. */
+static int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
+static int tu_sh(const char *fmt, ...) {
+  char cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+#ifdef CHECK_H
+/* Run one suite; the process exit code (0 if every test passed). */
+static int tu_run(Suite *s) __attribute__((unused));
+static int tu_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+#endif
 #endif

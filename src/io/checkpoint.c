@@ -141,6 +141,19 @@ static void zero_keep(gj_model *m, const gj_tensor *t, const float *full, float 
   for (size_t k = lo; k < hi; k++) shard[k - m->zero_lo] = full[k - t->offset];
 }
 
+/* The three blocks of a checkpoint and their HDF5 prefixes. */
+static const char *const block_prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
+
+/* Under ZeRO-1, a buffer for one tensor's whole local slice of moments (NULL otherwise). */
+static int zero_stage_alloc(const gj_model *m, float **stage) {
+  *stage = NULL;
+  if (!m->zero) return 0;
+  size_t mx = 0;
+  for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
+  *stage = malloc(mx * sizeof(float));
+  return *stage ? 0 : GJ_FAIL("out of memory staging moments");
+}
+
 static const char *cfg_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
                                  "rotary_dim", "n_inner"};
 
@@ -218,20 +231,14 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   if (rc) rc = GJ_FAIL("%s: cannot write attributes (disk full?)", tmp);
   if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: cannot write attributes on another rank", tmp);
   char p[512];
-  const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
   float *stage = NULL;
-  if (m->zero) {
-    size_t mx = 0;
-    for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
-    stage = malloc(mx * sizeof(float));
-    if (!stage) rc = GJ_FAIL("out of memory staging moments");
-  }
+  if (!rc) rc = zero_stage_alloc(m, &stage);
   for (int b = 0; b < 3 && !rc; b++)
     for (int i = 0; i < m->lay.n && !rc; i++) {
       const gj_tensor *t = &m->lay.t[i];
       const float *src = blocks[b] + t->offset - (b ? m->zero_lo : 0);
-      snprintf(p, sizeof p, "%s%s", prefix[b], t->name);
+      snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
       if (b && m->zero) {
         rc = zero_gather(m, t, blocks[b], stage);
         src = stage;
@@ -337,15 +344,9 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &meta->tokens_seen);
   if (!has_optim) meta->step = meta->tokens_seen = 0;
   char p[512];
-  const char *prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
   float *blocks[3] = {m->params, m->m, m->v};
-  float *stage = NULL;
-  if (m->zero) {
-    size_t mx = 0;
-    for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
-    stage = malloc(mx * sizeof(float));
-    if (!stage) return GJ_FAIL("out of memory staging moments");
-  }
+  float *stage;
+  if (zero_stage_alloc(m, &stage)) return H5Fclose(f), -1;
   /* Every rank reads (and checks) every tensor; collectives inside stay in step because a
    * failure is agreed on before the next tensor. */
   for (int b = 0; b < (with_optim ? 3 : 1); b++)
@@ -353,7 +354,7 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
       const gj_tensor *t = &m->lay.t[i];
       float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
       uint32_t want = 0, got = 0;
-      snprintf(p, sizeof p, "%s%s", prefix[b], t->name);
+      snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
       if (!rc) rc = read_slice(f, path, p, t, local, &want);
       if (!gj_agree(g->world, rc)) {
         rc = tensor_crc(g, t, local, &got);
