@@ -128,7 +128,7 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
   double t0 = gj_now();
   if (strcmp(resume, "auto")) {
     GJ_TRY(gj_ckpt_load(resume, m, meta, 1));
-    gj_info("resumed from %s at step %lld (loaded in %.1f s)", resume, (long long)meta->step, gj_now() - t0);
+    gj_info("resumed from %s at step %lld (loaded in %.2f s)", resume, (long long)meta->step, gj_now() - t0);
     *resumed = 1;
     return 0;
   }
@@ -141,7 +141,7 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
   for (int i = 0; i < n; i++) {
     rc = gj_ckpt_load(cands[i], m, meta, 1);
     if (!rc) {
-      gj_info("resumed from %s at step %lld (loaded in %.1f s)", cands[i], (long long)meta->step, gj_now() - t0);
+      gj_info("resumed from %s at step %lld (loaded in %.2f s)", cands[i], (long long)meta->step, gj_now() - t0);
       *resumed = 1;
       break;
     }
@@ -160,13 +160,14 @@ static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
   gj_ckpt_path(path, sizeof path, o->run_dir, meta->step);
   double t0 = gj_now();
   GJ_TRY(gj_ckpt_save(path, m, meta, (int)o->compress));
+  double secs = gj_now() - t0; /* written, synced and renamed: complete */
   int rc = 0;
   if (m->g->rank == 0) {
     rc = gj_ckpt_set_latest(o->run_dir, path);
     if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep);
   }
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("checkpoint bookkeeping failed");
-  gj_info("saved %s (%.1f s)", path, gj_now() - t0);
+  gj_info("saved %s (%.2f s)", path, secs);
   return 0;
 }
 

@@ -18,42 +18,118 @@
 #define CKPT_FORMAT "gptj-mpi-checkpoint"
 #define CKPT_VERSION 1
 
-/* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice: each TP rank
- * checksums its row segments, the segments are exchanged within the TP group and combined in
- * global order. The same value results from any layout. */
-static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
-  int64_t lr = t->lrows;
-  size_t seglen = (size_t)t->lcols * sizeof(float);
-  uint32_t *seg = malloc(lr * sizeof(uint32_t) * (t->shard == GJ_SHARD_NONE ? 1 : g->tp_size));
-  if (!seg) return GJ_FAIL("out of memory");
-  uint32_t *mine = seg + (t->shard == GJ_SHARD_NONE ? 0 : (size_t)lr * g->tp_rank);
-  for (int64_t i = 0; i < lr; i++)
-    mine[i] = (uint32_t)crc32(0L, (const Bytef *)(local + i * t->lcols), (uInt)seglen);
-  uLong crc = 0;
-  if (t->shard == GJ_SHARD_NONE || g->tp_size == 1) {
-    for (int64_t i = 0; i < lr; i++) crc = crc32_combine(crc, seg[i], (z_off_t)seglen);
-  } else {
-    int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, seg, (int)lr, MPI_UINT32_T, g->tp);
-    if (rc != MPI_SUCCESS) return free(seg), gj_mpi_fail(rc, "MPI_Allgather(crc)");
-    if (t->shard == GJ_SHARD_ROWS)
-      for (int r = 0; r < g->tp_size; r++)
-        for (int64_t i = 0; i < lr; i++) crc = crc32_combine(crc, seg[r * lr + i], (z_off_t)seglen);
-    else
-      for (int64_t i = 0; i < lr; i++)
-        for (int r = 0; r < g->tp_size; r++) crc = crc32_combine(crc, seg[r * lr + i], (z_off_t)seglen);
+/* The ranks holding the same slice of a tensor share the work on it: replicated tensors over
+ * the whole world, TP-sharded ones over their DP group. */
+static void replica_group(gj_grid *g, const gj_tensor *t, MPI_Comm *comm, int *n, int *k) {
+  int whole = t->shard == GJ_SHARD_NONE;
+  if (comm) *comm = whole ? g->world : g->dp;
+  *n = whole ? g->size : g->dp_size;
+  *k = whole ? g->rank : g->dp_rank;
+}
+
+/* Rows [*a, *b) of the local slice that replica k of n handles. Inner boundaries fall on
+ * global rows that are multiples of unit (the chunk height of a compressed dataset), so that
+ * each chunk has one writer. */
+static void replica_rows(const gj_tensor *t, int n, int k, int64_t unit, int64_t *a, int64_t *b) {
+  int64_t end = t->row0 + t->lrows;
+  int64_t cut[2];
+  for (int j = 0; j < 2; j++) {
+    int64_t kk = k + j;
+    int64_t r = t->row0 + t->lrows * kk / n;
+    if (kk > 0 && kk < n) r = GJ_MIN(end, GJ_MAX(t->row0, (r + unit - 1) / unit * unit));
+    cut[j] = r - t->row0;
   }
-  free(seg);
-  *out = (uint32_t)crc;
+  *a = cut[0], *b = cut[1];
+}
+
+/* zlib CRC-32 of n bytes, with the OpenMP threads on pieces when n is large. */
+static uint32_t crc_bytes(const void *p, size_t n) {
+  const unsigned char *c = p;
+  size_t piece = (size_t)8 << 20;
+  int np = (int)GJ_MIN((n + piece - 1) / piece, (size_t)256);
+  if (np <= 1) {
+    uLong r = crc32(0L, Z_NULL, 0);
+    for (size_t o = 0; o < n; o += (size_t)1 << 30) r = crc32(r, c + o, (uInt)GJ_MIN(n - o, (size_t)1 << 30));
+    return (uint32_t)r;
+  }
+  size_t len = (n + np - 1) / np;
+  uLong part[256];
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < np; i++) {
+    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
+    part[i] = lo < hi ? crc32(0L, c + lo, (uInt)(hi - lo)) : 0;
+  }
+  uLong r = part[0];
+  for (int i = 1; i < np; i++) {
+    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
+    if (lo < hi) r = crc32_combine64(r, part[i], (z_off64_t)(hi - lo));
+  }
+  return (uint32_t)r;
+}
+
+/* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice. The replicas
+ * of a slice checksum a share of its rows each; the partial CRCs are exchanged (within the
+ * replicas, then within the TP group) and combined in global order, so every layout gives the
+ * same value. A slice that is a contiguous range of the global tensor (replicated, row-sharded,
+ * TP 1) needs one CRC per rank; a column-sharded one, one per row segment. */
+static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
+  MPI_Comm rcomm;
+  int nrep, krep;
+  replica_group(g, t, &rcomm, &nrep, &krep);
+  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
+  int per_row = t->shard == GJ_SHARD_COLS && tp > 1;
+  size_t seglen = (size_t)t->lcols * sizeof(float);
+  int64_t units = per_row ? t->lrows : nrep; /* CRCs per TP slice */
+  uint32_t *crc = malloc(units * tp * sizeof(uint32_t) + 2 * nrep * sizeof(int));
+  if (!crc) return GJ_FAIL("out of memory");
+  int *cnt = (int *)(crc + units * tp), *dsp = cnt + nrep;
+  uint32_t *mine = crc + units * (tp > 1 ? g->tp_rank : 0);
+  int64_t a, b;
+  for (int k = 0; k < nrep; k++) {
+    replica_rows(t, nrep, k, 1, &a, &b);
+    cnt[k] = per_row ? (int)(b - a) : 1, dsp[k] = per_row ? (int)a : k;
+  }
+  replica_rows(t, nrep, krep, 1, &a, &b);
+  if (per_row) {
+#pragma omp parallel for schedule(static) if (b - a > 64)
+    for (int64_t i = a; i < b; i++) mine[i] = (uint32_t)crc32(0L, (const Bytef *)(local + i * t->lcols), (uInt)seglen);
+  } else {
+    mine[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
+  }
+  int rc = MPI_SUCCESS;
+  if (nrep > 1) rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mine, cnt, dsp, MPI_UINT32_T, rcomm);
+  if (rc == MPI_SUCCESS && tp > 1)
+    rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, (int)units, MPI_UINT32_T, g->tp);
+  if (rc != MPI_SUCCESS) return free(crc), gj_mpi_fail(rc, "MPI_Allgather(crc)");
+  uLong r = crc32(0L, Z_NULL, 0);
+  if (per_row) { /* global row i is the segments of row i of every TP rank */
+    uLong op = crc32_combine_gen64((z_off64_t)seglen);
+    for (int64_t i = 0; i < t->lrows; i++)
+      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, crc[q * units + i], op);
+  } else { /* TP slices in order, each the replicas' parts in order */
+    for (int q = 0; q < tp; q++)
+      for (int k = 0; k < nrep; k++) {
+        replica_rows(t, nrep, k, 1, &a, &b);
+        if (b > a) r = crc32_combine64(r, crc[q * units + k], (z_off64_t)((b - a) * seglen));
+      }
+  }
+  free(crc);
+  *out = (uint32_t)r;
   return 0;
 }
 
-static void slice_select(hid_t fs, const gj_tensor *t) {
-  hsize_t start[2] = {(hsize_t)t->row0, (hsize_t)t->col0};
-  hsize_t count[2] = {(hsize_t)t->lrows, (hsize_t)t->lcols};
-  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+/* Start the disk on the rows just written (a contiguous dataset), so that the final fsync
+ * finds little left to do: writeback overlaps the CRCs and copies of the next tensors. */
+static void start_writeback(int fd, hid_t d, const gj_tensor *t, int64_t a, int64_t b) {
+#ifdef SYNC_FILE_RANGE_WRITE
+  haddr_t off = H5Dget_offset(d);
+  off_t row = (off_t)t->cols * (off_t)sizeof(float);
+  if (fd >= 0 && off != HADDR_UNDEF && b > a)
+    sync_file_range(fd, (off_t)off + (t->row0 + a) * row, (b - a) * row, SYNC_FILE_RANGE_WRITE);
+#endif
 }
 
-static int write_tensor(hid_t f, const char *path, gj_grid *g, const gj_tensor *t,
+static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t,
                         const float *local, int compress, hid_t dxpl) {
   uint32_t crc;
   GJ_TRY(tensor_crc(g, t, local, &crc));
@@ -61,12 +137,15 @@ static int write_tensor(hid_t f, const char *path, gj_grid *g, const gj_tensor *
   hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  hsize_t ch[2] = {1, 1};
   if (compress) {
-    /* Large chunks (about 4 MB): few chunks keep collective filtered writes fast and safe. */
-    hsize_t ch[2];
+    /* Large chunks (about 4 MB) of whole rows: few chunks keep collective filtered writes
+     * fast and safe. Byte shuffle first: it groups the floats' exponent bytes, which
+     * compress well, and makes deflate both faster and tighter on weights and moments. */
     ch[1] = t->ndim == 2 ? dims[1] : 1;
     ch[0] = (hsize_t)GJ_MAX(1, GJ_MIN((int64_t)dims[0], ((int64_t)1 << 20) / (int64_t)ch[1]));
     H5Pset_chunk(dcpl, t->ndim, ch);
+    H5Pset_shuffle(dcpl);
     H5Pset_deflate(dcpl, (unsigned)compress);
   }
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -74,16 +153,26 @@ static int write_tensor(hid_t f, const char *path, gj_grid *g, const gj_tensor *
   hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
   H5Pclose(lcpl), H5Pclose(dcpl), H5Sclose(sp);
   if (d < 0) return GJ_FAIL("cannot create dataset %s", path);
-  /* One copy of each element is written: slices by the DP-rank-0 replica of each TP rank,
-   * replicated tensors by world rank 0. Everyone takes part in the collective call. */
-  int writer = t->shard == GJ_SHARD_NONE ? g->rank == 0 : g->dp_rank == 0;
+  /* One copy of each element is written: the replicas of a slice write a share of its rows
+   * each (whole chunks when compressed, so that each chunk is compressed by one rank).
+   * Everyone takes part in the collective call. */
+  int nrep, krep;
+  int64_t a, b;
+  replica_group(g, t, NULL, &nrep, &krep);
+  replica_rows(t, nrep, krep, (int64_t)ch[0], &a, &b);
   hid_t fs = H5Dget_space(d);
-  hsize_t n = t->numel;
+  hsize_t n = (hsize_t)((b - a) * t->lcols);
   hid_t ms = H5Screate_simple(1, &n, NULL);
-  if (writer) slice_select(fs, t);
-  else H5Sselect_none(fs), H5Sselect_none(ms);
-  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, local);
+  if (b > a) {
+    hsize_t start[2] = {(hsize_t)(t->row0 + a), (hsize_t)t->col0};
+    hsize_t count[2] = {(hsize_t)(b - a), (hsize_t)t->lcols};
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+  } else {
+    H5Sselect_none(fs), H5Sselect_none(ms);
+  }
+  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, local + a * t->lcols);
   H5Sclose(ms), H5Sclose(fs);
+  if (wr >= 0) start_writeback(fd, d, t, a, b);
   int rc = wr < 0 ? GJ_FAIL("cannot write %s (disk full?)", path) : 0;
   if (!rc) {
     hid_t as = H5Screate(H5S_SCALAR);
@@ -96,18 +185,58 @@ static int write_tensor(hid_t f, const char *path, gj_grid *g, const gj_tensor *
   return rc;
 }
 
-/* Read this rank's slice of a tensor (no collectives). */
-static int read_slice(hid_t f, const char *fname, const char *path, const gj_tensor *t,
+/* Read this rank's share of its slice of a tensor (the replicas of a slice read a share of
+ * its rows each; no collectives) and the stored CRC. */
+static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
                       float *local, uint32_t *want) {
-  GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0, t->col0,
-                              t->lrows, t->lcols, local));
+  int nrep, krep;
+  int64_t a, b;
+  replica_group(g, t, NULL, &nrep, &krep);
+  replica_rows(t, nrep, krep, 1, &a, &b);
+  GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
+                              b - a, t->lcols, local + a * t->lcols));
   hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  hid_t a = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
-  herr_t r = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT32, want) : -1;
-  if (a >= 0) H5Aclose(a);
+  hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
+  herr_t r = at >= 0 ? H5Aread(at, H5T_NATIVE_UINT32, want) : -1;
+  if (at >= 0) H5Aclose(at);
   H5Dclose(d);
   if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
   return 0;
+}
+
+/* Ask the kernel to start reading this rank's share of a tensor (contiguous datasets), so
+ * that the disk works while the previous tensor is exchanged and checked. */
+static void prefetch_share(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t) {
+  if (fd < 0) return;
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  if (d < 0) return; /* the read reports it */
+  haddr_t off = H5Dget_offset(d);
+  H5Dclose(d);
+  if (off == HADDR_UNDEF) return; /* chunked */
+  int nrep, krep;
+  int64_t a, b;
+  replica_group(g, t, NULL, &nrep, &krep);
+  replica_rows(t, nrep, krep, 1, &a, &b);
+  off_t row = (off_t)t->cols * (off_t)sizeof(float);
+  if (b > a) posix_fadvise(fd, (off_t)off + (t->row0 + a) * row, (b - a) * row, POSIX_FADV_WILLNEED);
+}
+
+/* Give every replica of a slice the rows the others read (collective over the replicas). */
+static int share_rows(gj_grid *g, const gj_tensor *t, float *local) {
+  MPI_Comm comm;
+  int nrep, krep;
+  replica_group(g, t, &comm, &nrep, &krep);
+  if (nrep == 1) return 0;
+  int *cnt = malloc(2 * nrep * sizeof(int)), *dsp = cnt + nrep;
+  if (!cnt) return GJ_FAIL("out of memory");
+  for (int k = 0; k < nrep; k++) {
+    int64_t a, b;
+    replica_rows(t, nrep, k, 1, &a, &b);
+    cnt[k] = (int)((b - a) * t->lcols), dsp[k] = (int)(a * t->lcols);
+  }
+  int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, local, cnt, dsp, MPI_FLOAT, comm);
+  free(cnt);
+  return e == MPI_SUCCESS ? 0 : gj_mpi_fail(e, "MPI_Allgatherv(checkpoint rows)");
 }
 
 /* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges. Gather
@@ -195,6 +324,9 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: cannot create checkpoint", tmp);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  /* Uncompressed, each rank's share is one contiguous run of the file: it writes it itself
+   * (no two-phase aggregation through one rank). Filtered writes stay fully collective. */
+  if (!compress) H5Pset_dxpl_mpio_collective_opt(dxpl, H5FD_MPIO_INDIVIDUAL_IO);
   gj_config c = m->c;
   rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
   rc |= gj_h5_write_attr_i64(f, "format_version", CKPT_VERSION);
@@ -234,6 +366,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   float *blocks[3] = {m->params, m->m, m->v};
   float *stage = NULL;
   if (!rc) rc = zero_stage_alloc(m, &stage);
+  int wfd = open(tmp, O_WRONLY); /* for writeback hints only */
   for (int b = 0; b < 3 && !rc; b++)
     for (int i = 0; i < m->lay.n && !rc; i++) {
       const gj_tensor *t = &m->lay.t[i];
@@ -243,12 +376,13 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
         rc = zero_gather(m, t, blocks[b], stage);
         src = stage;
       }
-      if (!rc) rc = write_tensor(f, p, g, t, src, compress, dxpl);
+      if (!rc) rc = write_tensor(f, wfd, p, g, t, src, compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next
        * collective call, or the others would wait in it for ever. */
       if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: write failed on another rank (disk full?)", tmp);
     }
   free(stage);
+  if (wfd >= 0) close(wfd);
   H5Pclose(dxpl);
   if (rc) {
     /* A write failed on some rank (all agree by now). Closing would be collective and can
@@ -348,26 +482,35 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   float *stage;
   if (zero_stage_alloc(m, &stage)) return H5Fclose(f), -1;
   /* Every rank reads (and checks) every tensor; collectives inside stay in step because a
-   * failure is agreed on before the next tensor. */
-  for (int b = 0; b < (with_optim ? 3 : 1); b++)
-    for (int i = 0; i < m->lay.n; i++) {
-      const gj_tensor *t = &m->lay.t[i];
-      float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
-      uint32_t want = 0, got = 0;
-      snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
-      if (!rc) rc = read_slice(f, path, p, t, local, &want);
-      if (!gj_agree(g->world, rc)) {
-        rc = tensor_crc(g, t, local, &got);
-        if (!rc && got != want)
-          rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
-      }
-      if (gj_agree(g->world, rc)) {
-        H5Fclose(f);
-        free(stage);
-        return rc ? rc : GJ_FAIL("%s: %s unreadable on another rank", path, p);
-      }
-      if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
+   * failure is agreed on before the next tensor. The next tensor is prefetched meanwhile. */
+  int nt = (with_optim ? 3 : 1) * m->lay.n;
+  int fd = open(path, O_RDONLY);
+  for (int k = 0; k < nt; k++) {
+    for (int j = k ? k + 1 : 0; j <= k + 1 && j < nt && !rc; j++) {
+      snprintf(p, sizeof p, "%s%s", block_prefix[j / m->lay.n], m->lay.t[j % m->lay.n].name);
+      prefetch_share(f, fd, p, g, &m->lay.t[j % m->lay.n]);
     }
+    int b = k / m->lay.n, i = k % m->lay.n;
+    const gj_tensor *t = &m->lay.t[i];
+    float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
+    uint32_t want = 0, got = 0;
+    snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
+    if (!rc) rc = read_share(f, path, p, g, t, local, &want);
+    if (!gj_agree(g->world, rc)) {
+      rc = share_rows(g, t, local);
+      if (!rc) rc = tensor_crc(g, t, local, &got);
+      if (!rc && got != want)
+        rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
+    }
+    if (gj_agree(g->world, rc)) {
+      H5Fclose(f);
+      if (fd >= 0) close(fd);
+      free(stage);
+      return rc ? rc : GJ_FAIL("%s: %s unreadable on another rank", path, p);
+    }
+    if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
+  }
+  if (fd >= 0) close(fd);
   free(stage);
   if (!rc && with_optim) {
     hid_t go = H5Gopen2(f, "optim", H5P_DEFAULT), gl = H5Gopen2(f, "loader", H5P_DEFAULT);
@@ -535,17 +678,12 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
                           int64_t rows, int64_t cols) {
   char p[512];
   snprintf(p, sizeof p, "/model/%s", name);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const unsigned char *b = (const unsigned char *)data;
-  size_t bytes = (size_t)rows * cols * sizeof(float);
-  for (size_t o = 0; o < bytes; o += (size_t)1 << 30)
-    crc = crc32(crc, b + o, (uInt)GJ_MIN(bytes - o, (size_t)1 << 30));
+  uint32_t c32 = crc_bytes(data, (size_t)rows * cols * sizeof(float));
   int64_t dims[2] = {rows, cols};
   GJ_TRY(gj_h5_write_f32((hid_t)w->f, p, data, ndim, dims));
   hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
   hid_t as = H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  uint32_t c32 = (uint32_t)crc;
   int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_FAIL("%s: cannot write crc32 of %s", w->tmp, p) : 0;
   if (a >= 0) H5Aclose(a);
   H5Sclose(as), H5Dclose(d);
@@ -575,10 +713,6 @@ int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float
   if (a >= 0) H5Aclose(a);
   H5Dclose(d);
   if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", path, p);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t bytes = (size_t)t->rows * t->cols * sizeof(float);
-  for (size_t o = 0; o < bytes; o += (size_t)1 << 30)
-    crc = crc32(crc, (const unsigned char *)out + o, (uInt)GJ_MIN(bytes - o, (size_t)1 << 30));
-  if ((uint32_t)crc != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
+  if (crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
   return 0;
 }

@@ -154,6 +154,7 @@ int gj_h5_read_block_f32(hid_t file, const char *fname, const char *path, int64_
                      (long long)rows, (long long)cols);
     return GJ_FAIL("%s: dataset '%s' should have shape [%lld]", fname, path, (long long)rows);
   }
+  if (nd > 0 && (nrows == 0 || ncols == 0)) return 0;
   hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
   hid_t fs = H5Dget_space(d);
   hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0}, count[2] = {(hsize_t)nrows, (hsize_t)ncols};
