@@ -129,15 +129,17 @@ START_TEST(test_resume_exact) {
 END_TEST
 
 /* A checkpoint written at (2,2) resumes at (1,4), (4,1) and (1,1), with and without ZeRO-1
- * on either side. */
+ * and compression on either side. */
 START_TEST(test_resume_other_layouts) {
   double a[64], b[64];
   run_layout("xa", 2, 2, "", a, 8);
   run_layout("xb", 2, 2, "", b, 4);
   run_layout("xz", 2, 2, "--zero 1", b, 4);
+  run_layout("xc", 2, 2, "--zero 1 --ckpt-compress 1", b, 4);
   struct { int dp, tp; const char *from, *extra; } lays[] = {
       {1, 4, "xb", ""}, {4, 1, "xb", ""}, {1, 1, "xb", ""}, {4, 1, "xb", "--zero 1"},
-      {1, 1, "xz", ""}, {2, 2, "xz", "--zero 1"}, {1, 4, "xz", ""}};
+      {1, 1, "xz", ""}, {2, 2, "xz", "--zero 1"}, {1, 4, "xz", ""},
+      {1, 1, "xc", ""}, {4, 1, "xc", "--zero 1 --ckpt-compress 6"}};
   for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
     char args[2048], log[1400], run[1300];
     snprintf(run, sizeof run, "%s/x%zu_%d%d", OUT, i, lays[i].dp, lays[i].tp);
@@ -153,6 +155,12 @@ START_TEST(test_resume_other_layouts) {
     ck_assert_int_eq(read_losses(run, b, 64), 8);
     expect_same(a, b, 8, run);
   }
+  /* The CRCs written from every layout are zlib's CRC-32 of the data (h5py + Python's zlib);
+   * compressed files are chunked with shuffle + deflate. */
+  ck_assert_int_eq(sh("cd %s && /usr/bin/python3 %s/tests/ckpt-check.py xb/ckpt-00000004.h5 "
+                      "xz/ckpt-00000004.h5 x[0-7]_*/ckpt-00000008.h5", OUT, S_), 0);
+  ck_assert_int_eq(sh("cd %s && /usr/bin/python3 %s/tests/ckpt-check.py --compressed "
+                      "xc/ckpt-00000004.h5 x8_41/ckpt-00000008.h5", OUT, S_), 0);
 }
 END_TEST
 
