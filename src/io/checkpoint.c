@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "common.h"
+#include "io/crc32.h"
 #include "io/h5util.h"
 
 #define CKPT_FORMAT "gptj-mpi-checkpoint"
@@ -47,17 +48,13 @@ static uint32_t crc_bytes(const void *p, size_t n) {
   const unsigned char *c = p;
   size_t piece = (size_t)8 << 20;
   int np = (int)GJ_MIN((n + piece - 1) / piece, (size_t)256);
-  if (np <= 1) {
-    uLong r = crc32(0L, Z_NULL, 0);
-    for (size_t o = 0; o < n; o += (size_t)1 << 30) r = crc32(r, c + o, (uInt)GJ_MIN(n - o, (size_t)1 << 30));
-    return (uint32_t)r;
-  }
+  if (np <= 1) return gj_crc32(0, c, n);
   size_t len = (n + np - 1) / np;
   uLong part[256];
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < np; i++) {
     size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
-    part[i] = lo < hi ? crc32(0L, c + lo, (uInt)(hi - lo)) : 0;
+    part[i] = lo < hi ? gj_crc32(0, c + lo, hi - lo) : 0;
   }
   uLong r = part[0];
   for (int i = 1; i < np; i++) {
@@ -92,7 +89,7 @@ static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32
   replica_rows(t, nrep, krep, 1, &a, &b);
   if (per_row) {
 #pragma omp parallel for schedule(static) if (b - a > 64)
-    for (int64_t i = a; i < b; i++) mine[i] = (uint32_t)crc32(0L, (const Bytef *)(local + i * t->lcols), (uInt)seglen);
+    for (int64_t i = a; i < b; i++) mine[i] = gj_crc32(0, local + i * t->lcols, seglen);
   } else {
     mine[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
   }
