@@ -183,16 +183,26 @@ static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_
 }
 
 /* Read this rank's share of its slice of a tensor (the replicas of a slice read a share of
- * its rows each; no collectives) and the stored CRC. */
+ * its rows each, whole chunks of a compressed dataset; no collectives) and the stored CRC.
+ * *unit: the row granularity of the shares, for share_rows. */
 static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
-                      float *local, uint32_t *want) {
+                      float *local, uint32_t *want, int64_t *unit) {
   int nrep, krep;
   int64_t a, b;
+  *unit = 1;
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  if (d >= 0) {
+    hid_t dcpl = H5Dget_create_plist(d);
+    hsize_t ch[2] = {1, 1};
+    if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, ch) >= 1) *unit = (int64_t)GJ_MAX(ch[0], 1);
+    H5Pclose(dcpl);
+    H5Dclose(d);
+  }
   replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, 1, &a, &b);
+  replica_rows(t, nrep, krep, *unit, &a, &b);
   GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
                               b - a, t->lcols, local + a * t->lcols));
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  d = H5Dopen2(f, path, H5P_DEFAULT);
   hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
   herr_t r = at >= 0 ? H5Aread(at, H5T_NATIVE_UINT32, want) : -1;
   if (at >= 0) H5Aclose(at);
@@ -219,7 +229,7 @@ static void prefetch_share(hid_t f, int fd, const char *path, gj_grid *g, const 
 }
 
 /* Give every replica of a slice the rows the others read (collective over the replicas). */
-static int share_rows(gj_grid *g, const gj_tensor *t, float *local) {
+static int share_rows(gj_grid *g, const gj_tensor *t, float *local, int64_t unit) {
   MPI_Comm comm;
   int nrep, krep;
   replica_group(g, t, &comm, &nrep, &krep);
@@ -228,7 +238,7 @@ static int share_rows(gj_grid *g, const gj_tensor *t, float *local) {
   if (!cnt) return GJ_FAIL("out of memory");
   for (int k = 0; k < nrep; k++) {
     int64_t a, b;
-    replica_rows(t, nrep, k, 1, &a, &b);
+    replica_rows(t, nrep, k, unit, &a, &b);
     cnt[k] = (int)((b - a) * t->lcols), dsp[k] = (int)(a * t->lcols);
   }
   int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, local, cnt, dsp, MPI_FLOAT, comm);
@@ -491,10 +501,11 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     const gj_tensor *t = &m->lay.t[i];
     float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
     uint32_t want = 0, got = 0;
+    int64_t unit = 1;
     snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
-    if (!rc) rc = read_share(f, path, p, g, t, local, &want);
+    if (!rc) rc = read_share(f, path, p, g, t, local, &want, &unit);
     if (!gj_agree(g->world, rc)) {
-      rc = share_rows(g, t, local);
+      rc = share_rows(g, t, local, unit);
       if (!rc) rc = tensor_crc(g, t, local, &got);
       if (!rc && got != want)
         rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
