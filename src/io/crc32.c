@@ -46,9 +46,9 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t clmul_crc(uint32_t crc,
 }
 
 uint32_t gj_crc32(uint32_t crc, const void *p, size_t n) {
-  static int have = -1;
-  if (have < 0) have = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-  if (n < 256 || !have) return zlib_crc(crc, p, n);
+  /* __builtin_cpu_supports reads flags set once at start-up: cheap, and safe from threads */
+  if (n < 256 || !__builtin_cpu_supports("pclmul") || !__builtin_cpu_supports("sse4.1"))
+    return zlib_crc(crc, p, n);
   return clmul_crc(crc, p, n);
 }
 #else
