@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --compress) compress=$2; shift 2 ;;
     --gptj) gptj=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-ckpt.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
