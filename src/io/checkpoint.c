@@ -126,10 +126,10 @@ static void start_writeback(int fd, hid_t d, const gj_tensor *t, int64_t a, int6
 #endif
 }
 
-static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t,
-                        const float *local, int compress, hid_t dxpl) {
-  uint32_t crc;
-  GJ_TRY(tensor_crc(g, t, local, &crc));
+/* Create a tensor's dataset (its global shape; chunked, shuffled and deflated when compress
+ * is 1..9). *chunk_rows: rows per chunk (1 when contiguous). */
+static hid_t create_dataset(hid_t f, const char *path, const gj_tensor *t, int compress,
+                            int64_t *chunk_rows) {
   hsize_t dims[2] = {(hsize_t)t->rows, (hsize_t)t->cols};
   hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -149,37 +149,55 @@ static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_
   H5Pset_create_intermediate_group(lcpl, 1);
   hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
   H5Pclose(lcpl), H5Pclose(dcpl), H5Sclose(sp);
-  if (d < 0) return GJ_FAIL("cannot create dataset %s", path);
+  *chunk_rows = (int64_t)ch[0];
+  if (d < 0) GJ_FAIL("cannot create dataset %s", path);
+  return d;
+}
+
+/* The collective write of n elements from buf to the selection fs of dataset d (closes d and
+ * fs), then its crc32 attribute. Rows [a, b) of the local slice: where writeback starts. */
+static int write_selection(hid_t d, hid_t fs, int fd, const char *path, const gj_tensor *t,
+                           const float *buf, hsize_t n, int64_t a, int64_t b, uint32_t crc,
+                           hid_t dxpl) {
+  hid_t ms = H5Screate_simple(1, &n, NULL);
+  if (!n) H5Sselect_none(fs), H5Sselect_none(ms);
+  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
+  H5Sclose(ms), H5Sclose(fs);
+  if (wr >= 0) start_writeback(fd, d, t, a, b);
+  int rc = wr < 0 ? GJ_FAIL("cannot write %s (disk full?)", path) : 0;
+  if (!rc) {
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t at = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+    if (at < 0 || H5Awrite(at, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_FAIL("cannot write crc32 of %s", path);
+    if (at >= 0) H5Aclose(at);
+    H5Sclose(as);
+  }
+  H5Dclose(d);
+  return rc;
+}
+
+static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t,
+                        const float *local, int compress, hid_t dxpl) {
+  uint32_t crc;
+  GJ_TRY(tensor_crc(g, t, local, &crc));
+  int64_t unit;
+  hid_t d = create_dataset(f, path, t, compress, &unit);
+  if (d < 0) return -1;
   /* One copy of each element is written: the replicas of a slice write a share of its rows
    * each (whole chunks when compressed, so that each chunk is compressed by one rank).
    * Everyone takes part in the collective call. */
   int nrep, krep;
   int64_t a, b;
   replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, (int64_t)ch[0], &a, &b);
+  replica_rows(t, nrep, krep, unit, &a, &b);
   hid_t fs = H5Dget_space(d);
-  hsize_t n = (hsize_t)((b - a) * t->lcols);
-  hid_t ms = H5Screate_simple(1, &n, NULL);
   if (b > a) {
     hsize_t start[2] = {(hsize_t)(t->row0 + a), (hsize_t)t->col0};
     hsize_t count[2] = {(hsize_t)(b - a), (hsize_t)t->lcols};
     H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-  } else {
-    H5Sselect_none(fs), H5Sselect_none(ms);
   }
-  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, local + a * t->lcols);
-  H5Sclose(ms), H5Sclose(fs);
-  if (wr >= 0) start_writeback(fd, d, t, a, b);
-  int rc = wr < 0 ? GJ_FAIL("cannot write %s (disk full?)", path) : 0;
-  if (!rc) {
-    hid_t as = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_FAIL("cannot write crc32 of %s", path);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(as);
-  }
-  H5Dclose(d);
-  return rc;
+  return write_selection(d, fs, fd, path, t, local + a * t->lcols, (hsize_t)((b - a) * t->lcols),
+                         a, b, crc, dxpl);
 }
 
 /* Read this rank's share of its slice of a tensor (the replicas of a slice read a share of
@@ -246,9 +264,9 @@ static int share_rows(gj_grid *g, const gj_tensor *t, float *local, int64_t unit
   return e == MPI_SUCCESS ? 0 : gj_mpi_fail(e, "MPI_Allgatherv(checkpoint rows)");
 }
 
-/* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges. Gather
- * its whole local slice into out (all DP ranks), or scatter a whole slice back (keep the
- * owned part). */
+/* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges: the
+ * elements of its local slice each DP rank owns, and (loading) the owned part of a whole
+ * slice kept. */
 static int zero_counts(const gj_model *m, const gj_tensor *t, int *cnt, int *dsp) {
   size_t P = m->zero_n;
   for (int r = 0; r < m->g->dp_size; r++) {
@@ -259,22 +277,115 @@ static int zero_counts(const gj_model *m, const gj_tensor *t, int *cnt, int *dsp
   return t->numel > (size_t)INT32_MAX ? GJ_FAIL("tensor %s too large for ZeRO staging", t->name) : 0;
 }
 
-static int zero_gather(gj_model *m, const gj_tensor *t, const float *shard, float *out) {
-  int dp = m->g->dp_size, me = m->g->dp_rank;
-  int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
-  int rc = zero_counts(m, t, cnt, dsp);
-  if (!rc) {
-    const float *mine = shard + (t->offset + dsp[me]) - m->zero_lo;
-    int e = MPI_Allgatherv(cnt[me] ? mine : shard, cnt[me], MPI_FLOAT, out, cnt, dsp, MPI_FLOAT, m->g->dp);
-    if (e != MPI_SUCCESS) rc = gj_mpi_fail(e, "MPI_Allgatherv(moments)");
-  }
-  free(cnt);
-  return rc;
-}
-
 static void zero_keep(gj_model *m, const gj_tensor *t, const float *full, float *shard) {
   size_t lo = GJ_MAX(t->offset, m->zero_lo), hi = GJ_MIN(t->offset + t->numel, m->zero_lo + m->zero_n);
   for (size_t k = lo; k < hi; k++) shard[k - m->zero_lo] = full[k - t->offset];
+}
+
+/* Elements [lo, hi) of a local slice, cut where a CRC piece ends: at row ends when the
+ * global rows interleave the TP slices (per_row), else nowhere. Calls fn for each piece. */
+static int pieces(const gj_tensor *t, int64_t lo, int64_t hi, int per_row,
+                  void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+  int n = 0;
+  while (lo < hi) {
+    int64_t end = per_row ? GJ_MIN(hi, (lo / t->lcols + 1) * t->lcols) : hi;
+    if (fn) fn(ctx, lo, end);
+    lo = end, n++;
+  }
+  return n;
+}
+
+typedef struct {
+  const float *base; /* element `off` of the local slice */
+  int64_t off;
+  uint32_t *crc;
+  int64_t *start, *len; /* per piece, in elements of the local slice */
+  int n;
+} piece_ctx;
+
+static void piece_crc(void *c, int64_t lo, int64_t hi) {
+  piece_ctx *p = c;
+  if (p->crc) p->crc[p->n] = crc_bytes(p->base + (lo - p->off), (size_t)(hi - lo) * sizeof(float));
+  if (p->start) p->start[p->n] = lo, p->len[p->n] = hi - lo;
+  p->n++;
+}
+
+/* The tensor's CRC from the DP ranks' owned ranges (ZeRO-1): each checksums its range in
+ * pieces, the pieces are gathered over DP and combined, per row when the TP slices interleave,
+ * then over TP as in tensor_crc. */
+static int owned_crc(gj_model *m, const gj_tensor *t, const float *shard, const int *cnt,
+                     const int *dsp, uint32_t *out) {
+  gj_grid *g = m->g;
+  int dp = g->dp_size, me = g->dp_rank;
+  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
+  int per_row = t->shard == GJ_SHARD_COLS && tp > 1;
+  int *pc = malloc(2 * dp * sizeof(int)), *pd = pc + dp, np = 0;
+  if (!pc) return GJ_FAIL("out of memory");
+  for (int r = 0; r < dp; r++) pd[r] = np, np += pc[r] = pieces(t, dsp[r], dsp[r] + cnt[r], per_row, NULL, NULL);
+  int64_t units = per_row ? t->lrows : 1;
+  uint32_t *crc = malloc(np * sizeof(uint32_t) + units * tp * sizeof(uint32_t));
+  int64_t *start = malloc(2 * (size_t)GJ_MAX(np, 1) * sizeof(int64_t));
+  if (!crc || !start) return free(pc), free(crc), free(start), GJ_FAIL("out of memory");
+  uint32_t *slice = crc + np; /* per TP rank: one CRC, or one per row */
+  piece_ctx all = {NULL, 0, NULL, start, start + GJ_MAX(np, 1), 0};
+  for (int r = 0; r < dp; r++) pieces(t, dsp[r], dsp[r] + cnt[r], per_row, piece_crc, &all);
+  piece_ctx mine = {shard, dsp[me], crc + pd[me], NULL, NULL, 0};
+  pieces(t, dsp[me], dsp[me] + cnt[me], per_row, piece_crc, &mine);
+  int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, pc, pd, MPI_UINT32_T, g->dp);
+  uint32_t *own = slice + (tp > 1 ? units * g->tp_rank : 0);
+  for (int64_t i = 0; i < units; i++) own[i] = 0; /* the CRC of nothing */
+  for (int k = 0; k < np; k++) {
+    int64_t row = per_row ? start[k] / t->lcols : 0;
+    own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
+  }
+  if (e == MPI_SUCCESS && tp > 1)
+    e = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slice, (int)units, MPI_UINT32_T, g->tp);
+  uLong r = 0;
+  if (e == MPI_SUCCESS) {
+    size_t seglen = (size_t)t->lcols * sizeof(float);
+    if (per_row)
+      for (int64_t i = 0; i < t->lrows; i++)
+        for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q * units + i], (z_off64_t)seglen);
+    else
+      for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
+  }
+  free(pc), free(crc), free(start);
+  if (e != MPI_SUCCESS) return gj_mpi_fail(e, "MPI_Allgather(crc)");
+  *out = (uint32_t)r;
+  return 0;
+}
+
+/* Under ZeRO-1 each DP rank writes the moments it owns: elements [dsp, dsp + cnt) of the
+ * tensor's local slice, a union of at most three blocks of the dataset (a partial row, whole
+ * rows, a partial row). Replicated tensors are written by the DP group of TP rank 0. */
+static int write_owned(hid_t f, int fd, const char *path, gj_model *m, const gj_tensor *t,
+                       const float *shard_block, int compress, hid_t dxpl) {
+  gj_grid *g = m->g;
+  int dp = g->dp_size, me = g->dp_rank;
+  int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
+  if (!cnt) return GJ_FAIL("out of memory");
+  int rc = zero_counts(m, t, cnt, dsp);
+  const float *mine = shard_block + (t->offset + dsp[me]) - m->zero_lo;
+  uint32_t crc = 0;
+  if (!rc) rc = owned_crc(m, t, mine, cnt, dsp, &crc);
+  int64_t unit, lo = dsp[me], hi = dsp[me] + cnt[me];
+  if (t->shard == GJ_SHARD_NONE && g->tp_rank != 0) hi = lo;
+  free(cnt);
+  if (rc) return rc;
+  hid_t d = create_dataset(f, path, t, compress, &unit);
+  if (d < 0) return -1;
+  hid_t fs = H5Dget_space(d);
+  H5S_seloper_t op = H5S_SELECT_SET;
+  for (int64_t e = lo, L = t->lcols; e < hi; op = H5S_SELECT_OR) {
+    int64_t i = e / L, j = e % L, nr = 1, nc = GJ_MIN(L - j, hi - e);
+    if (j == 0 && hi - e >= L) nr = (hi - e) / L, nc = L;
+    hsize_t start[2] = {(hsize_t)(t->row0 + i), (hsize_t)(t->col0 + j)};
+    hsize_t count[2] = {(hsize_t)nr, (hsize_t)nc};
+    H5Sselect_hyperslab(fs, op, start, NULL, count, NULL);
+    e += nr * nc;
+  }
+  return write_selection(d, fs, fd, path, t, mine, (hsize_t)(hi - lo), lo / t->lcols,
+                         hi > lo ? (hi - 1) / t->lcols + 1 : lo / t->lcols, crc, dxpl);
 }
 
 /* The three blocks of a checkpoint and their HDF5 prefixes. */
@@ -371,24 +482,19 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: cannot write attributes on another rank", tmp);
   char p[512];
   float *blocks[3] = {m->params, m->m, m->v};
-  float *stage = NULL;
-  if (!rc) rc = zero_stage_alloc(m, &stage);
   int wfd = open(tmp, O_WRONLY); /* for writeback hints only */
   for (int b = 0; b < 3 && !rc; b++)
     for (int i = 0; i < m->lay.n && !rc; i++) {
       const gj_tensor *t = &m->lay.t[i];
-      const float *src = blocks[b] + t->offset - (b ? m->zero_lo : 0);
       snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
-      if (b && m->zero) {
-        rc = zero_gather(m, t, blocks[b], stage);
-        src = stage;
-      }
-      if (!rc) rc = write_tensor(f, wfd, p, g, t, src, compress, dxpl);
+      if (b && m->zero)
+        rc = write_owned(f, wfd, p, m, t, blocks[b], compress, dxpl);
+      else
+        rc = write_tensor(f, wfd, p, g, t, blocks[b] + t->offset - (b ? m->zero_lo : 0), compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next
        * collective call, or the others would wait in it for ever. */
       if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: write failed on another rank (disk full?)", tmp);
     }
-  free(stage);
   if (wfd >= 0) close(wfd);
   H5Pclose(dxpl);
   if (rc) {
