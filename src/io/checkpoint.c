@@ -64,23 +64,50 @@ static uint32_t crc_bytes(const void *p, size_t n) {
   return (uint32_t)r;
 }
 
+/* Whether a tensor's global rows interleave the TP slices (column-sharded at TP > 1): its
+ * CRC is then assembled from one CRC per row segment, else from one per slice. */
+static int crc_per_row(const gj_grid *g, const gj_tensor *t) {
+  return t->shard == GJ_SHARD_COLS && g->tp_size > 1;
+}
+
+/* The last step of a tensor's CRC: slice holds, at this rank's TP position (0 for replicated
+ * tensors), the CRC of its slice or of each row segment of it; exchange them over the TP group
+ * and combine in global order. */
+static int slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out) {
+  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
+  int64_t units = crc_per_row(g, t) ? t->lrows : 1;
+  if (tp > 1) {
+    int e = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slice, (int)units, MPI_UINT32_T, g->tp);
+    if (e != MPI_SUCCESS) return gj_mpi_fail(e, "MPI_Allgather(crc)");
+  }
+  size_t seglen = (size_t)t->lcols * sizeof(float);
+  uLong r = 0;
+  if (units > 1) { /* global row i is the segments of row i of every TP rank */
+    uLong op = crc32_combine_gen64((z_off64_t)seglen);
+    for (int64_t i = 0; i < t->lrows; i++)
+      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, slice[q * units + i], op);
+  } else {
+    for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
+  }
+  *out = (uint32_t)r;
+  return 0;
+}
+
 /* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice. The replicas
- * of a slice checksum a share of its rows each; the partial CRCs are exchanged (within the
- * replicas, then within the TP group) and combined in global order, so every layout gives the
- * same value. A slice that is a contiguous range of the global tensor (replicated, row-sharded,
- * TP 1) needs one CRC per rank; a column-sharded one, one per row segment. */
+ * of a slice checksum a share of its rows each (one CRC, or one per row segment), exchange
+ * them, and the slices are combined by slices_crc: every layout gives the same value. */
 static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
   MPI_Comm rcomm;
   int nrep, krep;
   replica_group(g, t, &rcomm, &nrep, &krep);
   int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = t->shard == GJ_SHARD_COLS && tp > 1;
+  int per_row = crc_per_row(g, t);
   size_t seglen = (size_t)t->lcols * sizeof(float);
-  int64_t units = per_row ? t->lrows : nrep; /* CRCs per TP slice */
-  uint32_t *crc = malloc(units * tp * sizeof(uint32_t) + 2 * nrep * sizeof(int));
-  if (!crc) return GJ_FAIL("out of memory");
-  int *cnt = (int *)(crc + units * tp), *dsp = cnt + nrep;
-  uint32_t *mine = crc + units * (tp > 1 ? g->tp_rank : 0);
+  int64_t units = per_row ? t->lrows : 1, nparts = per_row ? t->lrows : nrep;
+  uint32_t *slice = malloc((units * tp + nparts) * sizeof(uint32_t) + 2 * nrep * sizeof(int));
+  if (!slice) return GJ_FAIL("out of memory");
+  uint32_t *part = slice + units * tp, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
+  int *cnt = (int *)(part + nparts), *dsp = cnt + nrep;
   int64_t a, b;
   for (int k = 0; k < nrep; k++) {
     replica_rows(t, nrep, k, 1, &a, &b);
@@ -89,30 +116,26 @@ static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32
   replica_rows(t, nrep, krep, 1, &a, &b);
   if (per_row) {
 #pragma omp parallel for schedule(static) if (b - a > 64)
-    for (int64_t i = a; i < b; i++) mine[i] = gj_crc32(0, local + i * t->lcols, seglen);
+    for (int64_t i = a; i < b; i++) part[i] = gj_crc32(0, local + i * t->lcols, seglen);
   } else {
-    mine[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
+    part[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
   }
-  int rc = MPI_SUCCESS;
-  if (nrep > 1) rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mine, cnt, dsp, MPI_UINT32_T, rcomm);
-  if (rc == MPI_SUCCESS && tp > 1)
-    rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, (int)units, MPI_UINT32_T, g->tp);
-  if (rc != MPI_SUCCESS) return free(crc), gj_mpi_fail(rc, "MPI_Allgather(crc)");
-  uLong r = crc32(0L, Z_NULL, 0);
-  if (per_row) { /* global row i is the segments of row i of every TP rank */
-    uLong op = crc32_combine_gen64((z_off64_t)seglen);
-    for (int64_t i = 0; i < t->lrows; i++)
-      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, crc[q * units + i], op);
-  } else { /* TP slices in order, each the replicas' parts in order */
-    for (int q = 0; q < tp; q++)
-      for (int k = 0; k < nrep; k++) {
-        replica_rows(t, nrep, k, 1, &a, &b);
-        if (b > a) r = crc32_combine64(r, crc[q * units + k], (z_off64_t)((b - a) * seglen));
-      }
+  int e = nrep > 1 ? MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, part, cnt, dsp, MPI_UINT32_T, rcomm)
+                   : MPI_SUCCESS;
+  if (e != MPI_SUCCESS) return free(slice), gj_mpi_fail(e, "MPI_Allgatherv(crc)");
+  if (per_row) {
+    memcpy(own, part, t->lrows * sizeof(uint32_t));
+  } else { /* the replicas' parts in order */
+    uLong r = 0;
+    for (int k = 0; k < nrep; k++) {
+      replica_rows(t, nrep, k, 1, &a, &b);
+      r = crc32_combine64(r, part[k], (z_off64_t)((b - a) * seglen));
+    }
+    own[0] = (uint32_t)r;
   }
-  free(crc);
-  *out = (uint32_t)r;
-  return 0;
+  int rc = slices_crc(g, t, slice, out);
+  free(slice);
+  return rc;
 }
 
 /* Start the disk on the rows just written (a contiguous dataset), so that the final fsync
@@ -205,26 +228,26 @@ static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_
  * *unit: the row granularity of the shares, for share_rows. */
 static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
                       float *local, uint32_t *want, int64_t *unit) {
-  int nrep, krep;
-  int64_t a, b;
   *unit = 1;
+  herr_t r = -1;
   hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
   if (d >= 0) {
     hid_t dcpl = H5Dget_create_plist(d);
     hsize_t ch[2] = {1, 1};
     if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, ch) >= 1) *unit = (int64_t)GJ_MAX(ch[0], 1);
     H5Pclose(dcpl);
+    hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
+    r = at >= 0 ? H5Aread(at, H5T_NATIVE_UINT32, want) : -1;
+    if (at >= 0) H5Aclose(at);
     H5Dclose(d);
   }
+  int nrep, krep;
+  int64_t a, b;
   replica_group(g, t, NULL, &nrep, &krep);
   replica_rows(t, nrep, krep, *unit, &a, &b);
+  /* the read names a missing or misshapen dataset; the CRC check comes after */
   GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
                               b - a, t->lcols, local + a * t->lcols));
-  d = H5Dopen2(f, path, H5P_DEFAULT);
-  hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
-  herr_t r = at >= 0 ? H5Aread(at, H5T_NATIVE_UINT32, want) : -1;
-  if (at >= 0) H5Aclose(at);
-  H5Dclose(d);
   if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
   return 0;
 }
@@ -311,14 +334,14 @@ static void piece_crc(void *c, int64_t lo, int64_t hi) {
 }
 
 /* The tensor's CRC from the DP ranks' owned ranges (ZeRO-1): each checksums its range in
- * pieces, the pieces are gathered over DP and combined, per row when the TP slices interleave,
- * then over TP as in tensor_crc. */
+ * pieces, the pieces are gathered over DP and combined into the slice's CRC (or its rows'),
+ * then slices_crc as for tensor_crc. */
 static int owned_crc(gj_model *m, const gj_tensor *t, const float *shard, const int *cnt,
                      const int *dsp, uint32_t *out) {
   gj_grid *g = m->g;
   int dp = g->dp_size, me = g->dp_rank;
   int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = t->shard == GJ_SHARD_COLS && tp > 1;
+  int per_row = crc_per_row(g, t);
   int *pc = malloc(2 * dp * sizeof(int)), *pd = pc + dp, np = 0;
   if (!pc) return GJ_FAIL("out of memory");
   for (int r = 0; r < dp; r++) pd[r] = np, np += pc[r] = pieces(t, dsp[r], dsp[r] + cnt[r], per_row, NULL, NULL);
@@ -326,33 +349,24 @@ static int owned_crc(gj_model *m, const gj_tensor *t, const float *shard, const 
   uint32_t *crc = malloc(np * sizeof(uint32_t) + units * tp * sizeof(uint32_t));
   int64_t *start = malloc(2 * (size_t)GJ_MAX(np, 1) * sizeof(int64_t));
   if (!crc || !start) return free(pc), free(crc), free(start), GJ_FAIL("out of memory");
-  uint32_t *slice = crc + np; /* per TP rank: one CRC, or one per row */
+  uint32_t *slice = crc + np, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
   piece_ctx all = {NULL, 0, NULL, start, start + GJ_MAX(np, 1), 0};
   for (int r = 0; r < dp; r++) pieces(t, dsp[r], dsp[r] + cnt[r], per_row, piece_crc, &all);
   piece_ctx mine = {shard, dsp[me], crc + pd[me], NULL, NULL, 0};
   pieces(t, dsp[me], dsp[me] + cnt[me], per_row, piece_crc, &mine);
-  int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, pc, pd, MPI_UINT32_T, g->dp);
-  uint32_t *own = slice + (tp > 1 ? units * g->tp_rank : 0);
-  for (int64_t i = 0; i < units; i++) own[i] = 0; /* the CRC of nothing */
-  for (int k = 0; k < np; k++) {
-    int64_t row = per_row ? start[k] / t->lcols : 0;
-    own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
-  }
-  if (e == MPI_SUCCESS && tp > 1)
-    e = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slice, (int)units, MPI_UINT32_T, g->tp);
-  uLong r = 0;
-  if (e == MPI_SUCCESS) {
-    size_t seglen = (size_t)t->lcols * sizeof(float);
-    if (per_row)
-      for (int64_t i = 0; i < t->lrows; i++)
-        for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q * units + i], (z_off64_t)seglen);
-    else
-      for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
+  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, pc, pd, MPI_UINT32_T, g->dp);
+  if (rc != MPI_SUCCESS) {
+    rc = gj_mpi_fail(rc, "MPI_Allgatherv(crc)");
+  } else {
+    for (int64_t i = 0; i < units; i++) own[i] = 0; /* the CRC of nothing */
+    for (int k = 0; k < np; k++) {
+      int64_t row = per_row ? start[k] / t->lcols : 0;
+      own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
+    }
+    rc = slices_crc(g, t, slice, out);
   }
   free(pc), free(crc), free(start);
-  if (e != MPI_SUCCESS) return gj_mpi_fail(e, "MPI_Allgather(crc)");
-  *out = (uint32_t)r;
-  return 0;
+  return rc;
 }
 
 /* Under ZeRO-1 each DP rank writes the moments it owns: elements [dsp, dsp + cnt) of the
