@@ -14,25 +14,33 @@ static char B_[1024], S_[1024], MPI_[512], DATA[1200], OUT[1200];
 
 #define sh tu_sh
 
-/* Launch gptj with np ranks (np 0: plain process). */
-static int gptj(int np, const char *args, const char *log) {
-  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
-  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
-}
-
-static int read_losses(const char *run, double *out, int max) {
+/* The loss of each step (out[k - 1] for step k), the last record of a step winning (a resumed
+ * run logs again the steps after its checkpoint). Returns the number of records; *last (if
+ * not NULL) is the last step seen. */
+static int read_losses(const char *run, double *out, int max, int *last) {
   char p[1300];
   snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+  if (last) *last = 0;
   FILE *f = fopen(p, "r");
   if (!f) return 0;
   char line[4096];
   int n = 0;
-  while (fgets(line, sizeof line, f) && n < max) {
-    char *l = strstr(line, "\"loss\": ");
-    if (l) out[n++] = atof(l + 8);
+  while (fgets(line, sizeof line, f)) {
+    char *st = strstr(line, "\"step\": "), *l = strstr(line, "\"loss\": ");
+    if (!st || !l) continue;
+    int k = atoi(st + 8);
+    n++;
+    if (k >= 1 && k <= max) out[k - 1] = atof(l + 8);
+    if (last && k > *last) *last = k;
   }
   fclose(f);
   return n;
+}
+
+/* Launch gptj with np ranks (np 0: plain process). */
+static int gptj(int np, const char *args, const char *log) {
+  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
+  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
 }
 
 static const char *COMMON = "--preset tiny --seq-len 32 --lr 1e-3 --warmup 3 --decay-steps 20 --seed 7";
@@ -47,7 +55,7 @@ static void run_layout(const char *name, int dp, int tp, const char *extra, doub
   int rc = gptj(dp * tp == 1 ? 0 : dp * tp, args, log);
   if (rc) sh("cat %s >&2", log);
   ck_assert_int_eq(rc, 0);
-  ck_assert_int_eq(read_losses(run, loss, 64), steps);
+  ck_assert_int_eq(read_losses(run, loss, 64, NULL), steps);
 }
 
 static void expect_same(const double *ref, const double *got, int n, const char *what) {
@@ -118,7 +126,7 @@ START_TEST(test_resume_exact) {
   snprintf(args, sizeof args, "train %s --data %s --steps 10 --micro-batch 4 --tp 2 --run-dir %s --resume auto",
            COMMON, DATA, run);
   ck_assert_int_eq(gptj(4, args, log), 0);
-  ck_assert_int_eq(read_losses(run, b, 64), 10);
+  ck_assert_int_eq(read_losses(run, b, 64, NULL), 10);
   for (int i = 0; i < 10; i++) ck_assert_msg(a[i] == b[i], "step %d: %.9g vs %.9g", i + 1, a[i], b[i]);
   /* parameters and moments bit-identical */
   ck_assert_int_eq(sh("cd %s && for d in /model/lm_head.weight /model/transformer.h.1.mlp.fc_out.weight "
@@ -152,7 +160,7 @@ START_TEST(test_resume_other_layouts) {
     int rc = gptj(np == 1 ? 0 : np, args, log);
     if (rc) sh("cat %s >&2", log);
     ck_assert_int_eq(rc, 0);
-    ck_assert_int_eq(read_losses(run, b, 64), 8);
+    ck_assert_int_eq(read_losses(run, b, 64, NULL), 8);
     expect_same(a, b, 8, run);
   }
   /* The CRCs written from every layout are zlib's CRC-32 of the data (h5py + Python's zlib);
@@ -214,25 +222,6 @@ START_TEST(test_kill_during_save) {
 }
 END_TEST
 
-/* The loss of each step, the last record of a step winning (a resumed run logs again the
- * steps after its checkpoint). */
-static int read_losses_by_step(const char *run, double *out, int max) {
-  char p[1300];
-  snprintf(p, sizeof p, "%s/metrics.jsonl", run);
-  FILE *f = fopen(p, "r");
-  if (!f) return 0;
-  char line[4096];
-  int n = 0;
-  while (fgets(line, sizeof line, f)) {
-    char *st = strstr(line, "\"step\": "), *l = strstr(line, "\"loss\": ");
-    if (!st || !l) continue;
-    int k = atoi(st + 8);
-    if (k >= 1 && k <= max) out[k - 1] = atof(l + 8), n = k > n ? k : n;
-  }
-  fclose(f);
-  return n;
-}
-
 /* kill -9 of one rank: the job ends (no hang); --resume auto continues from the last
  * checkpoint with the trajectory of an uninterrupted run. */
 START_TEST(test_kill_one_rank) {
@@ -253,7 +242,9 @@ START_TEST(test_kill_one_rank) {
            COMMON, DATA, run);
   ck_assert_int_eq(gptj(2, args, log), 0);
   ck_assert_int_eq(sh("grep -q 'resumed from' %s", log), 0);
-  ck_assert_int_eq(read_losses_by_step(run, got, 64), 16);
+  int last;
+  read_losses(run, got, 64, &last);
+  ck_assert_int_eq(last, 16);
   for (int i = 0; i < 16; i++) ck_assert_msg(got[i] == ref[i], "step %d: %.9g vs %.9g", i + 1, got[i], ref[i]);
 }
 END_TEST
