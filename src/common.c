@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +36,7 @@ const char *gj_errwhere(void) { return errwhere; }
 void gj_err_clear(void) { errmsg[0] = errwhere[0] = 0; }
 
 void gj_log_set_rank(int rank) { log_rank = rank; }
+int gj_log_rank(void) { return log_rank; }
 
 void gj_info(const char *fmt, ...) {
   if (log_rank != 0) return;
@@ -91,29 +91,6 @@ double gj_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-char *openblas_get_corename(void);
-
-const char *gj_blas_core(void) { return openblas_get_corename(); }
-
-void gj_blas_select_kernel(char **argv) {
-  if (getenv("OPENBLAS_CORETYPE") || getenv("GJ_BLAS_REEXEC")) return;
-  const char *core = openblas_get_corename();
-  int generic = !strcasecmp(core, "Prescott") || !strcasecmp(core, "Core2") ||
-                !strcasecmp(core, "Nehalem") || !strcasecmp(core, "Katmai");
-  __builtin_cpu_init();
-  if (!generic || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
-  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-  setenv("GJ_BLAS_REEXEC", "1", 1);
-  /* exec the real path, not /proc/self/exe, so that the process keeps its name */
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    execv(self, argv);
-  }
-  /* exec failed: go on with the generic kernel */
 }
 
 static double meminfo(const char *key) {

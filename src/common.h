@@ -30,6 +30,7 @@ void gj_err_clear(void);
 
 /* Logging: info goes to stdout on rank 0 only; warnings/errors to stderr on any rank. */
 void gj_log_set_rank(int rank);
+int gj_log_rank(void); /* the rank given to gj_log_set_rank (0 by default) */
 void gj_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gj_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -44,14 +45,6 @@ double gj_now(void); /* monotonic seconds */
 /* Total and available memory of this machine in bytes (/proc/meminfo; 0 if unknown). */
 double gj_mem_total_bytes(void);
 double gj_mem_available_bytes(void);
-
-/* OpenBLAS 0.3.21 does not know recent Intel cores and falls back to its slow generic
- * (Prescott, SSE3) sgemm. If OPENBLAS_CORETYPE is unset, the library chose such a generic core
- * and the CPU has AVX2 and FMA, re-execute this program with OPENBLAS_CORETYPE=Haswell (the
- * kernel DESIGN.md expects). A value set by the user is never changed. Call first in main. */
-void gj_blas_select_kernel(char **argv);
-/* The OpenBLAS core in use (e.g. "Haswell"). */
-const char *gj_blas_core(void);
 
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))

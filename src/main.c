@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "common.h"
+#include "model/gemm.h"
 
 #include <hdf5.h>
 

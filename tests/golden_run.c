@@ -1,18 +1,22 @@
-/* golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5
+/* golden-run [--tp N] [--recompute] [--precision fp32|bf16] [--gemm B] [--weights CKPT.h5] IN.h5 OUT.h5
  *
  * Reads a file of the golden layout (../shared/golden/README.md), takes every size from its
- * attributes, computes forward, gradients, greedy generation and AdamW steps in float32 with
- * the library, and writes the results under the same dataset paths. Runs as a plain process
- * or under mpirun with --tp N (N = number of ranks). */
+ * attributes, computes forward, gradients, greedy generation and AdamW steps with the library
+ * (float32, or bf16 GEMM operands), and writes the results under the same dataset paths. The
+ * forward and gradients run the whole-logits path (gj_model_forward, gj_model_backward); the
+ * AdamW steps run the training path (gj_model_forward_backward on a training model, whose
+ * vocabulary head goes by blocks). Runs as a plain process or under mpirun with --tp N. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/gemmopts.h"
 #include "common.h"
 #include "io/h5util.h"
 #include "io/weights.h"
+#include "model/gemm.h"
 #include "model/generate.h"
 #include "model/gptj.h"
 #include "optim/adamw.h"
@@ -20,7 +24,7 @@
 
 static int run(int argc, char **argv, gj_grid *g) {
   int tp = 1, recompute = 0;
-  const char *in = NULL, *out = NULL, *weights = NULL;
+  const char *in = NULL, *out = NULL, *weights = NULL, *prec = "fp32", *gemm = "auto";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tp")) {
       int64_t v;
@@ -30,6 +34,9 @@ static int run(int argc, char **argv, gj_grid *g) {
     } else if (!strcmp(argv[i], "--weights")) {
       if (i + 1 >= argc) return GJ_FAIL("--weights: missing value");
       weights = argv[++i];
+    } else if (!strcmp(argv[i], "--precision") || !strcmp(argv[i], "--gemm")) {
+      if (i + 1 >= argc) return GJ_FAIL("%s: missing value", argv[i]);
+      *(argv[i][2] == 'p' ? &prec : &gemm) = argv[i + 1], i++;
     } else if (!strcmp(argv[i], "--recompute")) {
       recompute = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -50,6 +57,7 @@ static int run(int argc, char **argv, gj_grid *g) {
     return GJ_FAIL("golden-run runs one model replica: start it on --tp ranks (got %d ranks, --tp %d)",
                    g->size, tp);
   gj_log_set_rank(g->rank);
+  GJ_TRY(gj_cli_gemm_setup(gemm, prec, g->world));
 
   hid_t f;
   GJ_TRY(gj_h5_open_read(in, &f));
@@ -84,7 +92,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   if (Tcap > c.n_positions) return GJ_FAIL("%s: generation longer than n_positions", in);
 
   gj_model m;
-  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0, recompute));
+  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0, recompute, 0));
   if (weights) { /* the weights of a checkpoint (e.g. from gptj convert) instead of /weights */
     hid_t w;
     GJ_TRY(gj_h5_open_read(weights, &w));
@@ -172,15 +180,20 @@ static int run(int argc, char **argv, gj_grid *g) {
     if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
   }
 
+  /* the training path: a training model with the same weights */
+  gj_model mt;
+  GJ_TRY(gj_model_create(&mt, &c, g, B, T, 0, recompute, 1));
+  memcpy(mt.params, m.params, m.numel_pad * sizeof(float));
+  gj_model_free(&m);
   for (int64_t t = 1; t <= steps; t++) {
-    gj_model_zero_grads(&m);
-    GJ_TRY(gj_model_forward(&m, ids, tg, B, T, 0.0f, &loss_sum, &nv));
-    GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f));
-    double sumsq = gj_grad_sumsq(&m.lay, m.grads, g->tp_rank, 0, m.lay.numel);
+    gj_model_zero_grads(&mt);
+    GJ_TRY(gj_model_forward_backward(&mt, ids, tg, B, T, 0.0f, (float)(1.0 / nv), &loss_sum, &nv));
+    double sumsq = gj_grad_sumsq(&mt.lay, mt.grads, g->tp_rank, 0, mt.lay.numel);
     GJ_TRY(gj_allreduce_sum_f64(g->tp, &sumsq, 1));
     double norm = sqrt(sumsq);
-    gj_adamw_update(&m.lay, m.params, m.grads, m.m, m.v, 0, m.lay.numel, &hp, t, hp.lr,
+    gj_adamw_update(&mt.lay, mt.params, mt.grads, mt.m, mt.v, 0, mt.lay.numel, &hp, t, hp.lr,
                     gj_clip_coef(norm, hp.grad_clip));
+    gj_model_weights_changed(&mt);
     gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, loss_sum / nv, norm);
     if (g->rank == 0) {
       char path[128];
@@ -193,11 +206,11 @@ static int run(int argc, char **argv, gj_grid *g) {
   if (steps > 0) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "/adamw/after_step_%lld/", (long long)steps);
-    GJ_TRY(gj_weights_write_gathered(g, o, prefix, &m.lay, m.params));
+    GJ_TRY(gj_weights_write_gathered(g, o, prefix, &mt.lay, mt.params));
   }
   if (g->rank == 0 && H5Fclose(o) < 0) return GJ_FAIL("%s: cannot write", out);
   free(ids), free(tg), free(gen);
-  gj_model_free(&m);
+  gj_model_free(&mt);
   return 0;
 }
 

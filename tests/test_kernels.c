@@ -1,7 +1,9 @@
 /* Kernel tests: each float forward against a naive double-precision loop, each backward
  * against central finite differences of that double forward, on small odd shapes. */
 #include <check.h>
+#include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include <zlib.h>
 
@@ -9,6 +11,7 @@
 #include "model/attention.h"
 #include "model/crossentropy.h"
 #include "model/embedding.h"
+#include "model/gemm.h"
 #include "model/gelu.h"
 #include "model/layernorm.h"
 #include "model/linear.h"
@@ -81,13 +84,11 @@ START_TEST(test_linear) {
   const int64_t N = 9, I = 11, O = 5;
   size_t nt = N * I + O * I + O;
   float *th = tu_falloc(nt), *y = tu_falloc(N * O), *r = tu_falloc(N * O), *g = tu_falloc(nt);
-  float *ones = tu_falloc(N);
   double *thd = tu_dalloc(nt), *yd = tu_dalloc(N * O), *rd = tu_dalloc(N * O), *gd = tu_dalloc(nt);
-  for (int64_t i = 0; i < N; i++) ones[i] = 1;
   tu_fill(th, thd, nt, 1.0);
   tu_fill(r, rd, N * O, 1.0);
   const float *x = th, *W = th + N * I, *b = W + O * I;
-  gj_linear_forward(y, x, W, b, N, I, O, 0);
+  gj_linear_forward(y, x, NULL, W, NULL, b, N, I, O, 0);
   for (int64_t i = 0; i < N; i++)
     for (int64_t o = 0; o < O; o++) {
       double s = thd[N * I + O * I + o];
@@ -96,17 +97,17 @@ START_TEST(test_linear) {
     }
   ck_assert_double_le(tu_rel(y, yd, N * O), FWD_TOL);
   /* accumulate = 1 adds to what is there */
-  gj_linear_forward(y, x, W, NULL, N, I, O, 1);
+  gj_linear_forward(y, x, NULL, W, NULL, NULL, N, I, O, 1);
   for (int64_t i = 0; i < N; i++)
     for (int64_t o = 0; o < O; o++) yd[i * O + o] = 2 * yd[i * O + o] - thd[N * I + O * I + o];
   ck_assert_double_le(tu_rel(y, yd, N * O), FWD_TOL);
-  gj_linear_backward(g, g + N * I, g + N * I + O * I, r, x, W, ones, N, I, O, 0);
+  gj_linear_backward(g, g + N * I, g + N * I + O * I, r, NULL, x, NULL, W, NULL, N, I, O, 0);
   lin_ctx c = {N, I, O, rd};
   tu_fd(lin_loss, &c, thd, nt, gd);
   ck_assert_double_le(tu_rel(g, gd, N * I), BWD_TOL);
   ck_assert_double_le(tu_rel(g + N * I, gd + N * I, O * I), BWD_TOL);
   ck_assert_double_le(tu_rel(g + N * I + O * I, gd + N * I + O * I, O), BWD_TOL);
-  free(th), free(y), free(r), free(g), free(ones), free(thd), free(yd), free(rd), free(gd);
+  free(th), free(y), free(r), free(g), free(thd), free(yd), free(rd), free(gd);
 }
 END_TEST
 
@@ -119,6 +120,129 @@ static double gelu_loss(void *vc, double *x) {
   for (size_t i = 0; i < c->n; i++) s += gelu_d(x[i]) * c->r[i];
   return s;
 }
+
+/* bfloat16 rounding: nearest, ties to even, NaN kept, overflow to infinity, and the vector
+ * path (16 at a time) equal to the scalar one on every float of a sweep. */
+START_TEST(test_bf16_round) {
+  union { uint32_t u; float f; } x;
+  x.u = 0x3f808000; /* exactly halfway between 0x3f80 and 0x3f81: to even */
+  ck_assert_uint_eq(gj_f32_to_bf16(x.f), 0x3f80);
+  x.u = 0x3f818000; /* halfway between 0x3f81 and 0x3f82: to even */
+  ck_assert_uint_eq(gj_f32_to_bf16(x.f), 0x3f82);
+  x.u = 0x3f808001;
+  ck_assert_uint_eq(gj_f32_to_bf16(x.f), 0x3f81);
+  x.u = 0x7f7fffff; /* largest float rounds up to infinity */
+  ck_assert_uint_eq(gj_f32_to_bf16(x.f), 0x7f80);
+  x.u = 0x7f800001; /* a signalling NaN stays a NaN */
+  ck_assert(isnan(gj_bf16_to_f32(gj_f32_to_bf16(x.f))));
+  ck_assert_uint_eq(gj_f32_to_bf16(-0.0f), 0x8000);
+  x.u = 0x8000ffef; /* subnormals become signed zero, as VCVTNEPS2BF16 does */
+  ck_assert_uint_eq(gj_f32_to_bf16(x.f), 0x8000);
+  enum { n = 1 << 16 };
+  float *src = tu_falloc(n);
+  gj_bf16 *dst = calloc(n, sizeof(gj_bf16));
+  for (uint32_t base = 0; base < 0xffffffffu - n * 65519u; base += n * 65519u) {
+    for (int i = 0; i < n; i++) x.u = base + (uint32_t)i * 65519u, src[i] = x.f;
+    gj_bf16_round(dst, src, n - 3); /* a tail the vector loop does not cover */
+    for (int i = 0; i < n - 3; i++) {
+      gj_bf16 want = gj_f32_to_bf16(src[i]);
+      if (isnan(src[i])) ck_assert(isnan(gj_bf16_to_f32(dst[i])));
+      else ck_assert_msg(dst[i] == want, "0x%08x: 0x%04x, want 0x%04x", base + i * 65519u, dst[i], want);
+    }
+  }
+  free(src), free(dst);
+}
+END_TEST
+
+/* Every backend and precision this CPU offers computes every kind of product (both
+ * transpositions, alpha, beta, strided operands, degenerate sizes) to float32 accuracy of the
+ * exact product of its (rounded) operands. */
+START_TEST(test_gemm_backends) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_ONEDNN, GJ_PREC_F32), 0);
+  if (f.amx_bf16 || f.avx512_bf16) {
+    ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_ONEDNN, GJ_PREC_BF16), 0);
+    ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+    ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_ONEDNN);
+  } else {
+    ck_assert_int_ne(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+  }
+  /* bf16 is refused on OpenBLAS, which has no bfloat16 GEMM here */
+  ck_assert_int_ne(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_ONEDNN, GJ_PREC_F32), 0);
+  ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_ONEDNN);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  ck_assert_int_eq(gj_gemm_precision(), GJ_PREC_F32);
+  gj_gemm_finalize();
+}
+END_TEST
+
+/* The linear layer in bf16: forward and both gradients equal the double-precision products
+ * of the bf16-rounded operands to float32 accumulation accuracy, with and without the
+ * caller's bf16 copies; inside a parallel region too (the attention tiles' case). */
+START_TEST(test_linear_bf16) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  if (!f.amx_bf16 && !f.avx512_bf16) { /* refused by test_gemm_backends */
+    fprintf(stderr, "test_linear_bf16: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
+    return;
+  }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+  const int64_t N = 37, I = 70, O = 45;
+  float *x = tu_falloc(N * I), *W = tu_falloc(O * I), *dy = tu_falloc(N * O);
+  float *y = tu_falloc(N * O), *dx = tu_falloc(N * I), *dW = tu_falloc(O * I);
+  double *d = tu_dalloc(N * I + O * I + N * O), *ref = tu_dalloc(N * I + O * I + N * O);
+  tu_fill(x, d, N * I, 1.0), tu_fill(W, d, O * I, 1.0), tu_fill(dy, d, N * O, 1.0);
+  gj_bf16 *x16 = calloc(N * I, 2), *W16 = calloc(O * I, 2), *dy16 = calloc(N * O, 2);
+  gj_bf16_round(x16, x, N * I), gj_bf16_round(W16, W, O * I), gj_bf16_round(dy16, dy, N * O);
+#define R16(p, i) ((double)gj_bf16_to_f32(p##16[i]))
+  for (int pass = 0; pass < 3; pass++) {
+    memset(dW, 0, O * I * sizeof(float));
+    if (pass < 2) {
+      int c = pass; /* 0: the door rounds; 1: the caller's copies */
+      gj_linear_forward(y, x, c ? x16 : NULL, W, c ? W16 : NULL, NULL, N, I, O, 0);
+      gj_linear_backward(dx, dW, NULL, dy, c ? dy16 : NULL, x, c ? x16 : NULL, W, c ? W16 : NULL, N, I, O, 0);
+    } else {
+#pragma omp parallel num_threads(2)
+      {
+#pragma omp single
+        {
+          gj_linear_forward(y, x, NULL, W, NULL, NULL, N, I, O, 0);
+          gj_linear_backward(dx, dW, NULL, dy, NULL, x, NULL, W, NULL, N, I, O, 0);
+        }
+      }
+    }
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t o = 0; o < O; o++) {
+        double s = 0;
+        for (int64_t k = 0; k < I; k++) s += R16(x, i * I + k) * R16(W, o * I + k);
+        ref[i * O + o] = s;
+      }
+    ck_assert_double_le(tu_rel(y, ref, N * O), 1e-6);
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t k = 0; k < I; k++) {
+        double s = 0;
+        for (int64_t o = 0; o < O; o++) s += R16(dy, i * O + o) * R16(W, o * I + k);
+        ref[i * I + k] = s;
+      }
+    ck_assert_double_le(tu_rel(dx, ref, N * I), 1e-6);
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t k = 0; k < I; k++) {
+        double s = 0;
+        for (int64_t i = 0; i < N; i++) s += R16(dy, i * O + o) * R16(x, i * I + k);
+        ref[o * I + k] = s;
+      }
+    ck_assert_double_le(tu_rel(dW, ref, O * I), 1e-6);
+  }
+#undef R16
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(x), free(W), free(dy), free(y), free(dx), free(dW), free(d), free(ref);
+  free(x16), free(W16), free(dy16);
+}
+END_TEST
 
 START_TEST(test_gelu) {
   const size_t n = 101;
@@ -230,7 +354,7 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   tu_fill(th, thd, 3 * n, 2.0);
   tu_fill(r, rd, n, 1.0);
   c.r = rd;
-  gj_attention_forward(o, lse, th, th + n, th + 2 * n, scratch, B, T, T, Hl, Hd, ld, ld, T * ld,
+  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T, T, Hl, Hd, ld, ld, T * ld,
                        ld, T * ld);
   att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
   ck_assert_double_le(tu_rel(o, od, n), FWD_TOL);
@@ -239,14 +363,14 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
    * rows of the full computation. */
   int64_t Tq = T / 3 + 1;
   float *oq = tu_falloc(B * Tq * ld);
-  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, scratch, B, Tq, T, Hl,
+  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, NULL, scratch, B, Tq, T, Hl,
                        Hd, ld, ld, T * ld, ld, T * ld);
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < Tq; t++)
       for (size_t e = 0; e < ld; e++)
         ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], 1e-5);
   if (fd) {
-    gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, scratch, B, T,
+    gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
                           Hl, Hd, ld);
     tu_fd(att_loss, &c, thd, 3 * n, gd);
     ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
@@ -380,6 +504,9 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_linear);
+  tcase_add_test(tc, test_bf16_round);
+  tcase_add_test(tc, test_gemm_backends);
+  tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_rotary);
   tcase_add_test(tc, test_attention_small);

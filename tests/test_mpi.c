@@ -2,8 +2,11 @@
  * the rank count in its name). Rank 0 reports; failures are agreed across ranks.
  * - Tensor parallelism does ONE all-reduce per layer in forward and ONE in backward.
  * - gj_evaluate equals an independent per-token loop, in both window modes, and does not
- *   depend on DP x TP. */
+ *   depend on DP x TP.
+ * - The training path (vocabulary head in blocks, fused with its backward) equals the
+ *   whole-logits forward + backward, in loss and every gradient, at TP 1 and TP = ranks. */
 #include <check.h>
+#include <math.h>
 #include <mpi.h>
 #include <omp.h>
 
@@ -27,7 +30,7 @@ START_TEST(test_allreduce_count) {
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 2, 16, 0, 0), 0);
+    ck_assert_int_eq(gj_model_create(&m, &c, &g, 2, 16, 0, 0, 0), 0);
     gj_params_init(&m.lay, &c, m.params, 3);
     int32_t ids[32], tg[32];
     for (int i = 0; i < 32; i++) ids[i] = (i * 7) % 96, tg[i] = (i * 5 + 1) % 96;
@@ -87,7 +90,7 @@ START_TEST(test_eval_matches_loop) {
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, lay == 0 ? 1 : world_size), 0);
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 3, T, 0, 0), 0);
+    ck_assert_int_eq(gj_model_create(&m, &c, &g, 3, T, 0, 0, 0), 0);
     gj_params_init(&m.lay, &c, m.params, 11);
     for (int si = 0; si < 2; si++) {
       int64_t S = strides[si], cnt;
@@ -115,6 +118,55 @@ START_TEST(test_eval_matches_loop) {
 }
 END_TEST
 
+/* More rows than one head block (and a partial last block), with z-loss and ignored targets. */
+START_TEST(test_blocked_head) {
+  gj_config c;
+  tiny(&c, 2);
+  c.vocab_size = 96 * 8;
+  const int64_t B = 5, T = 61, N = B * T; /* 305 rows: a block of 256 and one of 49 */
+  int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 5) % c.vocab_size), tg[i] = i % 17 == 3 ? -1 : (int32_t)((i * 11 + 2) % c.vocab_size);
+  for (int tpi = 0; tpi < 2; tpi++) {
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tpi ? world_size : 1), 0);
+    gj_model ref, trn;
+    ck_assert_int_eq(gj_model_create(&ref, &c, &g, B, T, 0, 0, 0), 0);
+    ck_assert_int_eq(gj_model_create(&trn, &c, &g, B, T, 0, 0, 1), 0);
+    ck_assert_uint_lt(trn.act_bytes, ref.act_bytes);
+    gj_params_init(&ref.lay, &c, ref.params, 5);
+    gj_params_init(&trn.lay, &c, trn.params, 5);
+    double l1, l2, l3;
+    int64_t n1, n2, n3;
+    const float scale = 1.0f / 300, zl = 1e-3f;
+    gj_model_zero_grads(&ref), gj_model_zero_grads(&trn);
+    ck_assert_int_eq(gj_model_forward(&ref, ids, tg, B, T, zl, &l1, &n1), 0);
+    ck_assert_int_eq(gj_model_backward(&ref, scale, zl), 0);
+    ck_assert_int_eq(gj_model_forward_backward(&trn, ids, tg, B, T, zl, scale, &l2, &n2), 0);
+    ck_assert_int_eq(n1, n2);
+    ck_assert_double_le(fabs(l1 - l2) / l1, 1e-6);
+    /* the loss alone (validation during training) from a training model */
+    ck_assert_int_eq(gj_model_forward(&trn, ids, tg, B, T, zl, &l3, &n3), 0);
+    ck_assert_int_eq(n1, n3);
+    ck_assert_double_le(fabs(l1 - l3) / l1, 1e-6);
+    /* a training model refuses the separate backward (it kept no logits) */
+    ck_assert_int_ne(gj_model_backward(&trn, scale, zl), 0);
+    for (int t = 0; t < ref.lay.n; t++) {
+      const gj_tensor *ts = &ref.lay.t[t];
+      double num = 0, den = 0;
+      for (size_t i = 0; i < ts->numel; i++) {
+        double a = ref.grads[ts->offset + i], b = trn.grads[ts->offset + i];
+        num += (a - b) * (a - b), den += a * a;
+      }
+      ck_assert_msg(sqrt(num) <= 1e-5 * sqrt(den) + 1e-12, "tp %d: %s gradient differs: %g of %g",
+                    g.tp_size, ts->name, sqrt(num), sqrt(den));
+    }
+    gj_model_free(&ref), gj_model_free(&trn);
+    gj_grid_free(&g);
+  }
+  free(ids), free(tg);
+}
+END_TEST
+
 /* gptj plan's arithmetic equals what the arenas really allocate. */
 static void check_sizes(const char *preset, int tp, int zero, int recompute, int64_t B, int64_t T) {
   gj_config c;
@@ -122,9 +174,9 @@ static void check_sizes(const char *preset, int tp, int zero, int recompute, int
   gj_grid g;
   ck_assert_int_eq(gj_grid_init(&g, tp), 0);
   gj_mem_sizes s;
-  ck_assert_int_eq(gj_model_sizes(&s, &c, tp, g.dp_size, zero, recompute, B, T, omp_get_max_threads()), 0);
+  ck_assert_int_eq(gj_model_sizes(&s, &c, tp, g.dp_size, zero, recompute, 1, B, T, omp_get_max_threads()), 0);
   gj_model m;
-  ck_assert_int_eq(gj_model_create(&m, &c, &g, B, T, zero, recompute), 0);
+  ck_assert_int_eq(gj_model_create(&m, &c, &g, B, T, zero, recompute, 1), 0);
   ck_assert_uint_eq(m.arena_bytes, s.params + s.grads + s.moments);
   ck_assert_uint_eq(m.numel_pad * sizeof(float), s.params);
   ck_assert_uint_eq(2 * m.zero_n * sizeof(float), s.moments);
@@ -156,6 +208,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_allreduce_count);
   tcase_add_test(tc, test_eval_matches_loop);
   tcase_add_test(tc, test_plan_sizes);
+  tcase_add_test(tc, test_blocked_head);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -66,6 +66,54 @@ static void expect_same(const double *ref, const double *got, int n, const char 
   }
 }
 
+/* bf16 precision: bfloat16 GEMM operands, float32 everything else. Layouts agree, bf16 tracks
+ * float32, and checkpoints (float32 weights, the precision recorded) resume across precisions
+ * and layouts. Bound: 8u, u = 2^-9 bfloat16's unit roundoff (as for the goldens' gradients and
+ * AdamW results, test_golden.c): a loss is a forward of the current weights, whose relative
+ * error after a few AdamW steps is of that order. */
+static void expect_close(const double *ref, const double *got, int from, int n, const char *what) {
+  for (int i = from; i < n; i++) {
+    double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
+    ck_assert_msg(rel <= 8.0 / 512, "%s: step %d loss %.8g vs %.8g (rel %.2e)", what, i + 1, got[i],
+                  ref[i], rel);
+  }
+}
+
+START_TEST(test_bf16) {
+  if (sh("grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo")) {
+    fprintf(stderr, "test_bf16: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
+    return;
+  }
+  double f32[64], b11[64], got[64];
+  run_layout("bf_f32", 1, 1, "", f32, 8);
+  run_layout("bf_11", 1, 1, "--precision bf16", b11, 8);
+  expect_close(f32, b11, 0, 8, "bf16 vs fp32");
+  run_layout("bf_22", 2, 2, "--precision bf16 --zero 1", got, 8);
+  expect_close(b11, got, 0, 8, "bf16 (2,2) vs (1,1)");
+  ck_assert_int_eq(sh("grep -q '^precision = bf16$' %s/bf_22/config.conf", OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj info %s/bf_22/ckpt-00000008.h5 | grep -q 'precision bf16'", B_, OUT), 0);
+  /* bf16 checkpoint of step 4 at (2,2) -> fp32 at (1,2); fp32 of step 4 at (1,1) -> bf16 at (2,1) */
+  run_layout("bf_b4", 2, 2, "--precision bf16", got, 4);
+  run_layout("bf_f4", 1, 1, "", got, 4);
+  struct { const char *from, *prec; int dp, tp; const double *ref; } rs[] = {
+      {"bf_b4", "fp32", 1, 2, f32}, {"bf_f4", "bf16", 2, 1, b11}};
+  for (int i = 0; i < 2; i++) {
+    char args[2048], log[1400], run[1300];
+    snprintf(run, sizeof run, "%s/bf_r%d", OUT, i);
+    snprintf(log, sizeof log, "%s.log", run);
+    sh("rm -rf %s && mkdir -p %s && cp %s/%s/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && cp %s/%s/metrics.jsonl %s/",
+       run, run, OUT, rs[i].from, run, run, OUT, rs[i].from, run);
+    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto --precision %s",
+             COMMON, DATA, 8 / rs[i].dp, rs[i].tp, run, rs[i].prec);
+    int np = rs[i].dp * rs[i].tp, rc = gptj(np == 1 ? 0 : np, args, log);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(read_losses(run, got, 64, NULL), 8);
+    expect_close(rs[i].ref, got, 4, 8, run);
+  }
+}
+END_TEST
+
 START_TEST(test_layouts) {
   double ref[64], got[64];
   run_layout("l11", 1, 1, "", ref, 20);
@@ -320,6 +368,7 @@ int main(void) {
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, test_layouts);
   tcase_add_test(tc, test_tcp);
+  tcase_add_test(tc, test_bf16);
   tcase_add_test(tc, test_bad_layout);
   tcase_add_test(tc, test_resume_exact);
   tcase_add_test(tc, test_resume_other_layouts);

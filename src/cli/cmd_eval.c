@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/evaluate.h"
+#include "cli/gemmopts.h"
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
@@ -18,24 +19,27 @@
 #include "parallel/grid.h"
 
 /* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
-static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T) {
+static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
+                      const char *gemm, const char *prec) {
   int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
   gj_config c;
   if (!rc) rc = gj_grid_init(g, (int)tp);
   if (!rc) gj_log_set_rank(g->rank);
+  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  GJ_TRY(gj_cli_gemm_setup(gemm, prec, MPI_COMM_WORLD));
   if (!rc) rc = gj_ckpt_read_config(ckpt, &c);
   if (!rc && *T == 0) *T = c.n_positions;
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
-  rc = gj_model_create(m, &c, g, B, *T, 0, 0);
+  rc = gj_model_create(m, &c, g, B, *T, 0, 0, 0);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_ckpt_meta meta;
   return gj_ckpt_load(ckpt, m, &meta, 0);
 }
 
 int gj_cmd_eval(int argc, char **argv) {
-  const char *ckpt = NULL, *data = NULL;
+  const char *ckpt = NULL, *data = NULL, *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, T = 0, S = 0, B = 4, max_windows = 0;
   gj_opt opts[] = {
       {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate, required", 1, 0},
@@ -45,6 +49,8 @@ int gj_cmd_eval(int argc, char **argv) {
       {"stride", GJ_OPT_I64, &S, "sliding-window stride S (0: T, non-overlapping windows)", 0, 1 << 20},
       {"micro-batch", GJ_OPT_I64, &B, "windows per forward", 1, 1 << 20},
       {"max-windows", GJ_OPT_I64, &max_windows, "evaluate only the first N windows (0: all)", 0, 1e15},
+      {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
+      {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {NULL}};
   gj_cmdline cl = {"gptj eval --checkpoint FILE --data FILE.h5 [options]",
                    "Perplexity of a checkpoint on a token dataset. Every token after the first is\n"
@@ -58,7 +64,7 @@ int gj_cmd_eval(int argc, char **argv) {
   if (!data) return GJ_FAIL("--data: required");
   gj_grid g;
   gj_model m;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec));
   if (S == 0) S = T;
   if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
   gj_dataset ds;
@@ -122,6 +128,7 @@ static int32_t sample(const float *logits, int64_t V, double temp, int64_t topk,
 
 int gj_cmd_generate(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
+  const char *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, max_new = 64, topk = 0, seed = 1234;
   double temp = 0.8, topp = 0.95;
   int print_ids = 0;
@@ -137,6 +144,8 @@ int gj_cmd_generate(int argc, char **argv) {
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
       {"ids", GJ_OPT_FLAG, &print_ids, "print the token ids instead of text", 1, 0},
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
+      {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {NULL}};
   gj_cmdline cl = {"gptj generate --checkpoint FILE --prompt TEXT [options]",
                    "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
@@ -165,7 +174,7 @@ int gj_cmd_generate(int argc, char **argv) {
   gj_grid g;
   gj_model m;
   int64_t T = 0;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec));
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
   for (size_t i = 0; i < ids.n; i++)
     if (ids.v[i] < 0 || ids.v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids.v[i], (long long)V);

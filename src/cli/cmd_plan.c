@@ -43,7 +43,7 @@ int gj_cmd_plan(int argc, char **argv) {
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
   if (threads == 0) threads = omp_get_max_threads();
   gj_mem_sizes ms;
-  GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, B, T, (int)threads));
+  GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
   double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;

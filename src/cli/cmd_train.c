@@ -14,12 +14,14 @@
 
 #include "cli/args.h"
 #include "cli/evaluate.h"
+#include "cli/gemmopts.h"
 #include "cli/modelopts.h"
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "model/flops.h"
+#include "model/gemm.h"
 #include "model/gptj.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -30,7 +32,7 @@ static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
 
 typedef struct {
-  const char *data, *valid_data, *run_dir, *resume;
+  const char *data, *valid_data, *run_dir, *resume, *gemm, *precision;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
   int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
@@ -44,6 +46,8 @@ static gj_opt *train_table(train_opts *o) {
       {"run-dir", GJ_OPT_STR, &o->run_dir, "directory for config, metrics.jsonl and checkpoints", 1, 0},
       {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
+      {"precision", GJ_OPT_STR, &o->precision, GJ_PRECISION_HELP, 1, 0},
+      {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks", 0, 1},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: recompute each layer's activations in backward (less memory)", 0, 1},
       {"micro-batch", GJ_OPT_I64, &o->micro_batch, "sequences per rank per forward", 1, 1 << 20},
@@ -172,7 +176,7 @@ static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
 }
 
 int gj_cmd_train(int argc, char **argv) {
-  train_opts o = {.run_dir = "run", .resume = "none", .tp = 1, .micro_batch = 8,
+  train_opts o = {.run_dir = "run", .resume = "none", .gemm = "auto", .precision = "fp32", .tp = 1, .micro_batch = 8,
                   .grad_accum = 1, .seq_len = 0, .steps = 1000, .warmup = 100,
                   .decay_steps = 0, .seed = 1234, .log_every = 1, .eval_batches = 0,
                   .keep = 3, .max_bad = 5, .lr = 6e-4, .floor = 0.1, .beta1 = 0.9,
@@ -195,6 +199,7 @@ int gj_cmd_train(int argc, char **argv) {
   rc = gj_grid_init(&g, (int)o.tp);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
   gj_log_set_rank(g.rank);
+  GJ_TRY(gj_cli_gemm_setup(o.gemm, o.precision, g.world));
 
   gj_dataset train = {0}, valid = {0};
   rc = gj_dataset_read(&train, o.data, c.vocab_size);
@@ -209,7 +214,7 @@ int gj_cmd_train(int argc, char **argv) {
 
   /* Refuse, before allocating, a layout that will not fit (the arithmetic of gptj plan). */
   gj_mem_sizes ms;
-  GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)o.zero, (int)o.recompute, B, T,
+  GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)o.zero, (int)o.recompute, 1, B, T,
                         omp_get_max_threads()));
   double need = (double)ms.params + ms.grads + ms.moments + ms.acts;
   MPI_Comm node;
@@ -231,7 +236,7 @@ int gj_cmd_train(int argc, char **argv) {
            : 0;
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("the model does not fit on another rank");
   gj_model m;
-  rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute);
+  rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute, 1);
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
   gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
   if (g.rank == 0) mkdirs(o.run_dir);
@@ -262,7 +267,14 @@ int gj_cmd_train(int argc, char **argv) {
   gj_dp_sync dp;
   GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
   double flops_tok = gj_flops_per_token(&c, T);
-  double sgemm = gj_sgemm_rate(GJ_MIN(B * T, 2048), GJ_MIN(c.n_inner / g.tp_size, 4096), c.n_embd, 0.2);
+  /* MFU against the hardware's peak for the precision (a tight loop on every thread); the
+   * GEMM efficiency against the backend's rate on exactly the products of step 1, timed alone
+   * after it (once). */
+  const char *peak_how;
+  double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how), gemm_rate = 0;
+  double gemm_flops = 0;
+  gj_info("peak: %.1f GFLOP/s per rank (%s on %d threads); GEMM: %s", peak / 1e9, peak_how,
+          omp_get_max_threads(), gj_gemm_describe());
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
           (long long)gj_config_n_params(&c), (long long)c.n_layer, (long long)c.n_embd,
           (long long)c.n_head, (long long)c.n_inner, (long long)c.vocab_size, g.dp_size, g.tp_size);
@@ -287,6 +299,7 @@ int gj_cmd_train(int argc, char **argv) {
     if (rc) break;
     gj_model_zero_grads(&m);
     gj_dp_begin(&dp);
+    if (step == first + 1) gj_gemm_record_reset(), gj_gemm_record(1);
     double loss_sum = 0;
     float scale = (float)(1.0 / ((double)G * T));
     for (int64_t a = 0; a < A && !rc; a++) {
@@ -294,13 +307,13 @@ int gj_cmd_train(int argc, char **argv) {
         gj_loader_window(&loader, win[(g.dp_rank * A + a) * B + b], ids + b * T, tg + b * T);
       double ls;
       int64_t nv;
-      rc = gj_model_forward(&m, ids, tg, B, T, (float)o.zloss, &ls, &nv);
-      loss_sum += ls;
       m.grad_ready = a == A - 1 && !m.zero ? gj_dp_ready : NULL;
       m.grad_ready_ctx = &dp;
-      if (!rc) rc = gj_model_backward(&m, scale, (float)o.zloss);
+      rc = gj_model_forward_backward(&m, ids, tg, B, T, (float)o.zloss, scale, &ls, &nv);
+      loss_sum += ls;
     }
     m.grad_ready = NULL;
+    gj_gemm_record(0);
     if (!rc) rc = m.zero ? gj_dp_reduce_scatter(&dp, m.zero_n) : gj_dp_finish(&dp);
     if (rc) break;
     if (o.inject_nan == step) m.grads[m.zero_lo] = NAN;
@@ -323,6 +336,7 @@ int gj_cmd_train(int argc, char **argv) {
                       gj_clip_coef(norm, o.clip));
       if (m.zero) rc = gj_dp_allgather(&dp, m.params, m.zero_n);
       if (rc) break;
+      gj_model_weights_changed(&m);
       bad = 0;
     } else {
       bad++;
@@ -333,22 +347,30 @@ int gj_cmd_train(int argc, char **argv) {
     meta.tokens_seen += G * T;
     meta.loader = loader.st;
     double now = gj_now(), dt = now - t0;
+    if (step == first + 1) {
+      gemm_flops = gj_gemm_recorded_flops();
+      gemm_rate = gj_gemm_recorded_rate(0.05);
+      double probe = gj_now() - now; /* not training time */
+      t_start += probe, t_last += probe, now += probe;
+    }
     step_time_ema = step_time_ema == 0 ? dt : 0.9 * step_time_ema + 0.1 * dt;
     if (g.rank == 0 && (step % o.log_every == 0 || step == o.steps)) {
       double elapsed = now - t_start, span = now - t_last;
       double tps = (meta.tokens_seen - tokens_at_last) / (span > 0 ? span : 1e-9);
-      double mfu = tps * flops_tok / g.size / sgemm;
+      double mfu = peak > 0 ? tps * flops_tok / g.size / peak : 0;
+      /* this rank's GEMM FLOPs per step over the step time, against their standalone rate */
+      double geff = gemm_rate > 0 ? gemm_flops / step_time_ema / gemm_rate : 0;
       double eta = (o.steps - step) * step_time_ema;
       if (o.max_time > 0 && o.max_time - elapsed < eta) eta = GJ_MAX(0.0, o.max_time - elapsed);
       char el[32], et[32];
       fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
-      gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s | %.0f MB",
-              (long long)step, (long long)o.steps, loss, lr, norm, tps, 100 * mfu, el, et,
+      gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
+              (long long)step, (long long)o.steps, loss, lr, norm, tps, 100 * mfu, 100 * geff, el, et,
               peak_rss_bytes() / 1e6);
       fprintf(metrics, "{\"step\": %lld, \"loss\": %.8g, \"lr\": %.8g, \"grad_norm\": %.8g, "
-              "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"elapsed_s\": %.3f, "
+              "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %.5g, \"elapsed_s\": %.3f, "
               "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
-              (long long)step, loss, lr, norm, (long long)meta.tokens_seen, tps, mfu, elapsed, eta,
+              (long long)step, loss, lr, norm, (long long)meta.tokens_seen, tps, mfu, geff, elapsed, eta,
               dt, dp.wait_s, peak_rss_bytes(), !finite);
       fflush(metrics);
       t_last = now, tokens_at_last = meta.tokens_seen;

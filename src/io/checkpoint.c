@@ -15,6 +15,7 @@
 #include "common.h"
 #include "io/crc32.h"
 #include "io/h5util.h"
+#include "model/gemm.h"
 
 #define CKPT_FORMAT "gptj-mpi-checkpoint"
 #define CKPT_VERSION 1
@@ -467,6 +468,9 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   rc |= gj_h5_write_attr_i64(f, "written_tp", g->tp_size);
   rc |= gj_h5_write_attr_i64(f, "written_dp", g->dp_size);
   rc |= gj_h5_write_attr_i64(f, "has_optim", 1);
+  /* the precision the run computed in; the weights are float32 either way, so any run
+   * resumes from it */
+  rc |= gj_h5_write_attr_str(f, "precision", gj_precision_name(gj_gemm_precision()));
   for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&c, i));
   rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c.layer_norm_epsilon);
   hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
@@ -764,13 +768,15 @@ int gj_ckpt_info(const char *path) {
   if (!rc) rc = gj_h5_attr_i64(f, path, "format_version", &ver);
   for (int i = 0; i < 7 && !rc; i++) rc = gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(&c, i));
   if (!rc) rc = gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c.layer_norm_epsilon);
+  char prec[32] = "fp32 (not recorded)";
+  if (!rc && H5Aexists(f, "precision") > 0) rc = gj_h5_attr_str(f, path, "precision", prec, sizeof prec);
   H5Fclose(f);
   if (rc) return rc;
   struct stat st;
   stat(path, &st);
   printf("file: %s\nformat: %s version %lld\nstep: %lld\ntokens_seen: %lld\n", path, CKPT_FORMAT,
          (long long)ver, (long long)step, (long long)tok);
-  printf("written from: dp %lld x tp %lld\n", (long long)dp, (long long)tp);
+  printf("written from: dp %lld x tp %lld, precision %s (weights float32)\n", (long long)dp, (long long)tp, prec);
   for (int i = 0; i < 7; i++) printf("%s: %lld\n", cfg_keys[i], (long long)*cfg_field(&c, i));
   printf("layer_norm_epsilon: %g\nparameters: %lld\nfile size: %lld bytes\n", c.layer_norm_epsilon,
          (long long)gj_config_n_params(&c), (long long)st.st_size);

@@ -1,21 +1,36 @@
 #include "model/attention.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "model/fastmath.h"
+#include "model/gemm.h"
+
+/* Head (b, h) of bf16 copy i of a set, head-major [B, Hl, n, Hd] (NULL if none); a pointer
+ * moved by off. A head's rows are dense there (row stride Hd), as the AMX kernels want them. */
+#define HEAD16(set, i, n) ((set) && (set)[i] ? (set)[i] + ((size_t)(b * Hl + h) * (n)) * Hd : NULL)
+#define AT(p, off) ((p) ? (p) + (off) : NULL)
+
+void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, int64_t Hl,
+                          int64_t Hd, int64_t ld) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    int64_t b = bt / T, t = bt % T;
+    for (int64_t h = 0; h < Hl; h++)
+      gj_bf16_round(dst + ((b * Hl + h) * T + t) * Hd, src + bt * ld + h * Hd, (size_t)Hd);
+  }
+}
 
 size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
   return (size_t)nthreads * 2 * GJ_ATTN_QBLOCK * (size_t)Tk;
 }
 
 void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          float *scratch, int64_t B, int64_t Tq, int64_t Tk, int64_t Hl,
-                          int64_t Hd, int64_t ldo, int64_t ldq, int64_t qbs, int64_t ldk,
-                          int64_t kbs) {
+                          const gj_bf16 *const qkv16[3], float *scratch, int64_t B, int64_t Tq,
+                          int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo, int64_t ldq,
+                          int64_t qbs, int64_t ldk, int64_t kbs) {
   const float scale = 1.0f / sqrtf((float)Hd);
   const int64_t pos0 = Tk - Tq;
   assert(pos0 >= 0);
@@ -24,12 +39,14 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
     int64_t b = bh / Hl, h = bh % Hl;
     float *S = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * Tk;
     const float *Q = q + b * qbs + h * Hd, *K = k + b * kbs + h * Hd, *Vv = v + b * kbs + h * Hd;
+    const gj_bf16 *Q16 = HEAD16(qkv16, 0, Tq), *K16 = HEAD16(qkv16, 1, Tk), *V16 = HEAD16(qkv16, 2, Tk);
+    /* the stride of what the GEMM door reads: the bf16 copy when there is one */
+    const int64_t lq = Q16 ? Hd : ldq, lk = K16 ? Hd : ldk, lv = V16 ? Hd : ldk;
     float *O = out + b * Tq * ldo + h * Hd;
     for (int64_t i0 = 0; i0 < Tq; i0 += GJ_ATTN_QBLOCK) {
       int64_t qb = Tq - i0 < GJ_ATTN_QBLOCK ? Tq - i0 : GJ_ATTN_QBLOCK;
       int64_t nk = pos0 + i0 + qb; /* keys the last query of the block sees */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, scale,
-                  Q + i0 * ldq, (int)ldq, K, (int)ldk, 0.0f, S, (int)nk);
+      gj_gemm(0, 1, qb, nk, Hd, scale, Q + i0 * ldq, AT(Q16, i0 * Hd), lq, K, K16, lk, 0.0f, S, nk);
       for (int64_t r = 0; r < qb; r++) {
         float *s = S + r * nk;
         int64_t nv = pos0 + i0 + r + 1; /* visible keys */
@@ -48,16 +65,15 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
         for (int64_t j = nv; j < nk; j++) s[j] = 0.0f;
         if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + logf(sum);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)qb, (int)Hd, (int)nk, 1.0f, S,
-                  (int)nk, Vv, (int)ldk, 0.0f, O + i0 * ldo, (int)ldo);
+      gj_gemm(0, 0, qb, Hd, nk, 1.0f, S, NULL, nk, Vv, V16, lv, 0.0f, O + i0 * ldo, ldo);
     }
   }
 }
 
 void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
-                           float *scratch, int64_t B, int64_t T, int64_t Hl, int64_t Hd,
-                           int64_t ld) {
+                           const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
+                           int64_t Hl, int64_t Hd, int64_t ld) {
   const float scale = 1.0f / sqrtf((float)Hd);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
@@ -66,6 +82,9 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     float *dS = P + GJ_ATTN_QBLOCK * T;
     size_t base = (size_t)b * T * ld + h * Hd;
     const float *Q = q + base, *K = k + base, *Vv = v + base, *dO = dout + base, *O = out + base;
+    const gj_bf16 *Q16 = HEAD16(qkvd16, 0, T), *K16 = HEAD16(qkvd16, 1, T), *V16 = HEAD16(qkvd16, 2, T);
+    const gj_bf16 *dO16 = HEAD16(qkvd16, 3, T);
+    const int64_t lq = Q16 ? Hd : ld, lk = K16 ? Hd : ld, lv = V16 ? Hd : ld, lo = dO16 ? Hd : ld;
     float *dQ = dq + base, *dK = dk + base, *dV = dv + base;
     const float *L = lse + (b * Hl + h) * T;
     for (int64_t t = 0; t < T; t++) {
@@ -75,10 +94,8 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     for (int64_t i0 = 0; i0 < T; i0 += GJ_ATTN_QBLOCK) {
       int64_t qb = T - i0 < GJ_ATTN_QBLOCK ? T - i0 : GJ_ATTN_QBLOCK;
       int64_t nk = i0 + qb;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, scale,
-                  Q + i0 * ld, (int)ld, K, (int)ld, 0.0f, P, (int)nk);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)qb, (int)nk, (int)Hd, 1.0f,
-                  dO + i0 * ld, (int)ld, Vv, (int)ld, 0.0f, dS, (int)nk);
+      gj_gemm(0, 1, qb, nk, Hd, scale, Q + i0 * ld, AT(Q16, i0 * Hd), lq, K, K16, lk, 0.0f, P, nk);
+      gj_gemm(0, 1, qb, nk, Hd, 1.0f, dO + i0 * ld, AT(dO16, i0 * Hd), lo, Vv, V16, lv, 0.0f, dS, nk);
       for (int64_t r = 0; r < qb; r++) {
         float *p = P + r * nk, *ds = dS + r * nk;
         const float *o = O + (i0 + r) * ld, *dor = dO + (i0 + r) * ld;
@@ -93,12 +110,9 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
         }
         for (int64_t j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)qb, (int)Hd, (int)nk, scale, dS,
-                  (int)nk, K, (int)ld, 0.0f, dQ + i0 * ld, (int)ld);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Hd, (int)qb, scale, dS,
-                  (int)nk, Q + i0 * ld, (int)ld, 1.0f, dK, (int)ld);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Hd, (int)qb, 1.0f, P,
-                  (int)nk, dO + i0 * ld, (int)ld, 1.0f, dV, (int)ld);
+      gj_gemm(0, 0, qb, Hd, nk, scale, dS, NULL, nk, K, K16, lk, 0.0f, dQ + i0 * ld, ld);
+      gj_gemm(1, 0, nk, Hd, qb, scale, dS, NULL, nk, Q + i0 * ld, AT(Q16, i0 * Hd), lq, 1.0f, dK, ld);
+      gj_gemm(1, 0, nk, Hd, qb, 1.0f, P, NULL, nk, dO + i0 * ld, AT(dO16, i0 * Hd), lo, 1.0f, dV, ld);
     }
   }
 }

@@ -1,9 +1,9 @@
 #include "model/flops.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 
 #include "common.h"
+#include "model/gemm.h"
 
 double gj_flops_per_token(const gj_config *c, int64_t T) {
   double N = (double)gj_config_n_params(c) - (double)c->vocab_size * c->n_embd;
@@ -19,8 +19,7 @@ double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds) {
   double best = 0, spent = 0;
   for (int rep = 0; rep < 50 && (rep < 3 || spent < min_seconds); rep++) {
     double t0 = gj_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K,
-                b, (int)K, 0.0f, c, (int)N);
+    gj_gemm(0, 1, M, N, K, 1.0f, a, NULL, K, b, NULL, K, 0.0f, c, N);
     double dt = gj_now() - t0;
     spent += dt;
     double r = 2.0 * M * N * K / dt;

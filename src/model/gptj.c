@@ -22,6 +22,18 @@
     if (m->profile) m->prof[cat] += gj_now() - t0_;                                          \
   } while (0)
 
+/* The bf16 copy of weight p (NULL in float32). */
+#define W16(p) gj_model_w16(m, (p))
+
+/* In bf16 precision round n floats of src into dst and return dst; in float32 return NULL
+ * (the products then use src itself). */
+static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
+  if (!dst) return NULL;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += 8192) gj_bf16_round(dst + i, src + i, (size_t)GJ_MIN(8192, n - i));
+  return dst;
+}
+
 /* Allocate with huge pages advised and touch every page once, so the step loop never pays
  * first-touch faults (DESIGN.md §12). */
 static void *arena_alloc(size_t bytes) {
@@ -48,34 +60,46 @@ static void param_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 31
+#define GJ_ACT_ITEMS 34
 typedef struct { float **p; size_t n; } act_item;
 
 static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int recompute,
-                     int64_t Bmax, int64_t Tmax, int nthreads) {
+                     int training, int64_t Bmax, int64_t Tmax, int nthreads) {
   int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
   /* With recomputation only the residual stream is kept per layer; the rest of a layer's
    * activations live in one slot, recomputed during backward. */
   int64_t Ls = recompute ? 1 : L;
   int64_t Hl = c->n_head / tp, Dl = Hl * gj_config_head_dim(c), Fl = c->n_inner / tp;
   int64_t Vl = c->vocab_size / tp;
+  /* a training model keeps the logits of one block of rows of the vocabulary head only */
+  int64_t Nlg = training ? GJ_MIN(N, GJ_HEAD_ROWS) : N;
+  /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
+   * one more gradient operand (d act, d q/k/v or a block of d logits) */
+  int bf = gj_gemm_precision() == GJ_PREC_BF16;
+  int64_t g16 = GJ_MAX(N * GJ_MAX(Fl, Dl), GJ_MIN(N, GJ_HEAD_ROWS) * Vl);
+  /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv) */
+  int lean = bf && training;
+  int64_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1;
   act_item items[GJ_ACT_ITEMS] = {
       {&a->resid, (L + 1) * N * D}, {&a->ln_mean, Ls * N}, {&a->ln_rstd, Ls * N},
-      {&a->h, Ls * N * D}, {&a->q, Ls * N * Dl}, {&a->k, Ls * N * Dl}, {&a->v, Ls * N * Dl},
+      {&a->h, Ls * N * D}, {&a->q, Lq * N * Dl}, {&a->k, Lq * N * Dl}, {&a->v, Lq * N * Dl},
       {&a->att, Ls * N * Dl}, {&a->lse, Ls * N * Hl}, {&a->pre, Ls * N * Fl},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, N * D},
-      {&a->logits, N * Vl}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, 2 * N},
+      {&a->logits, Nlg * Vl}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, 2 * N},
       {&a->y, N * D}, {&a->dx, N * D}, {&a->dh, N * D}, {&a->dq, N * Dl},
       {&a->dk, N * Dl}, {&a->dv, N * Dl}, {&a->datt, N * Dl}, {&a->dact, N * Fl},
-      {&a->ones, N}, {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
+      {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
       {&a->rot_cos, c->n_positions * (R / 2) + 1}, {&a->rot_sin, c->n_positions * (R / 2) + 1},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
+      {(float **)&a->h16, bf ? (N * D + 1) / 2 : 0}, {(float **)&a->dx16, bf ? (N * D + 1) / 2 : 0},
+      {(float **)&a->g16, bf ? (g16 + 1) / 2 : 0},
+      {(float **)&a->qkv16, bf ? (3 * Lq16 + 1) * N * Dl / 2 + 1 : 0},
   };
   memcpy(fl, items, sizeof items);
 }
 
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
-                   int recompute, int64_t B, int64_t T, int nthreads) {
+                   int recompute, int training, int64_t B, int64_t T, int nthreads) {
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
   size_t np, P;
@@ -85,7 +109,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   s->moments = 2 * P * sizeof(float);
   gj_acts dummy;
   act_item fl[GJ_ACT_ITEMS];
-  act_list(&dummy, fl, c, tp, recompute, B, T, nthreads);
+  act_list(&dummy, fl, c, tp, recompute, training, B, T, nthreads);
   size_t total = 0;
   for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
   s->acts = total * sizeof(float);
@@ -93,7 +117,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
 }
 
 int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero, int recompute) {
+                    int zero, int recompute, int training) {
   memset(m, 0, sizeof *m);
   GJ_TRY(gj_config_validate(c));
   if (Tmax > c->n_positions)
@@ -102,6 +126,7 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   m->c = *c;
   m->g = g;
   m->recompute = recompute;
+  m->training = training;
   GJ_TRY(gj_layout_build(&m->lay, c, g->tp_size, g->tp_rank));
   int tp = g->tp_size;
   m->Hl = c->n_head / tp;
@@ -130,8 +155,8 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   act_item fl[GJ_ACT_ITEMS];
-  act_list(&m->a, fl, c, tp, recompute, Bmax, Tmax, m->nthreads);
-  int64_t N = Bmax * Tmax, R = c->rotary_dim;
+  act_list(&m->a, fl, c, tp, recompute, training, Bmax, Tmax, m->nthreads);
+  int64_t R = c->rotary_dim;
   size_t total = 0;
   for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
   m->act_bytes = total * sizeof(float);
@@ -139,15 +164,40 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   if (!m->act_arena) return GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
   size_t off = 0;
   for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
-    *fl[i].p = m->act_arena + off;
+    *fl[i].p = fl[i].n ? m->act_arena + off : NULL; /* the bf16 copies are NULL in float32 */
     off += (fl[i].n + 15) / 16 * 16;
   }
-  for (int64_t i = 0; i < N; i++) m->a.ones[i] = 1.0f;
+  if (gj_gemm_precision() == GJ_PREC_BF16) {
+    /* only the GEMM weights' pages are ever touched (by the first refresh) */
+    if (posix_memalign((void **)&m->w16, (size_t)2 << 20, np * sizeof(gj_bf16)))
+      return GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", np * sizeof(gj_bf16));
+#ifdef MADV_HUGEPAGE
+    madvise(m->w16, np * sizeof(gj_bf16), MADV_HUGEPAGE);
+#endif
+    m->w16_stale = 1;
+  }
   gj_rotary_table(m->a.rot_cos, m->a.rot_sin, c->n_positions, R);
   return 0;
 }
 
+void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL; }
+
+void gj_model_sync_w16(gj_model *m) {
+  if (!m->w16 || !m->w16_stale) return;
+  for (int i = 0; i < m->lay.n; i++) {
+    const gj_tensor *t = &m->lay.t[i];
+    if (t->ndim != 2 || !strcmp(t->name, "transformer.wte.weight")) continue;
+    const float *src = m->params + t->offset;
+    gj_bf16 *dst = m->w16 + t->offset;
+#pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < t->numel; j += 4096)
+      gj_bf16_round(dst + j, src + j, GJ_MIN((size_t)4096, t->numel - j));
+  }
+  m->w16_stale = 0;
+}
+
 void gj_model_free(gj_model *m) {
+  free(m->w16);
   free(m->arena);
   free(m->act_arena);
   free(m->P.h);
@@ -162,21 +212,32 @@ void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeo
  * other activations (slot l, or slot 0 with recomputation). */
 typedef struct {
   float *x, *h, *q, *k, *v, *att, *lse, *pre, *mean, *rstd;
+  gj_bf16 *qkv16; /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL in float32) */
+  gj_bf16 *datt16; /* bf16: [NC, Dl] head-major copy of d att */
 } layer_bufs;
+
+/* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
+ * attention backward reads), in one float slot otherwise. */
+static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
 static layer_bufs layer_at(gj_model *m, int64_t l) {
   gj_acts *a = &m->a;
-  const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, s = m->recompute ? 0 : l;
-  layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + s * NC * m->Dl,
-                  a->k + s * NC * m->Dl, a->v + s * NC * m->Dl, a->att + s * NC * m->Dl,
+  const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, Dl = m->Dl, s = m->recompute ? 0 : l;
+  const int64_t sq = lean_qkv(m) ? 0 : s, s16 = lean_qkv(m) ? s : 0;
+  const int64_t n16 = lean_qkv(m) ? (m->recompute ? 1 : m->c.n_layer) : 1;
+  layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + sq * NC * Dl,
+                  a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
                   a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
-                  a->ln_mean + s * NC, a->ln_rstd + s * NC};
+                  a->ln_mean + s * NC, a->ln_rstd + s * NC,
+                  a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
+                  a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
   return b;
 }
 
 /* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention
  * and fc_in (gelu of it is recomputed where needed, into the dact work buffer, so that it is
- * never stored per layer). No communication: it can be recomputed in backward. */
+ * never stored per layer). No communication: it can be recomputed in backward. In bf16 the
+ * ln_1 output is rounded once into h16 for its four products. */
 static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, int64_t T) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
@@ -184,20 +245,31 @@ static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, i
   const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl;
   const int64_t Hd = gj_config_head_dim(c);
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
-                                           (float)c->layer_norm_epsilon));
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, p->wq, NULL, N, D, Dl, 0);
-        gj_linear_forward(b->k, b->h, p->wk, NULL, N, D, Dl, 0);
-        gj_linear_forward(b->v, b->h, p->wv, NULL, N, D, Dl, 0));
+                                           (float)c->layer_norm_epsilon);
+        round16(a->h16, b->h, N * D));
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, a->h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
+        gj_linear_forward(b->k, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
+        gj_linear_forward(b->v, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
   TIMED(GJ_PROF_ELEM,
         gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
         gj_rotary_forward(b->k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
-  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, a->attn_scratch, B,
-                                           T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, p->fc_in_w, p->fc_in_b, N, D, Fl, 0));
+  const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
+  if (b->qkv16) {
+    const float *src[3] = {b->q, b->k, b->v};
+    const int64_t NC = m->Bmax * m->Tmax;
+    for (int j = 0; j < 3; j++)
+      TIMED(GJ_PROF_ELEM, gj_attention_heads16(b->qkv16 + j * NC * Dl, src[j], B, T, Hl, Hd, Dl);
+            qkv16[j] = b->qkv16 + j * NC * Dl);
+  }
+  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, a->attn_scratch,
+                                           B, T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
+                                        p->fc_in_b, N, D, Fl, 0));
 }
 
-int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
-                     int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {
+/* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
+static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                        int64_t T) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   if (B > m->Bmax || T > m->Tmax)
@@ -207,6 +279,7 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
   const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl;
   const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
+  gj_model_sync_w16(m);
   memcpy(a->ids, ids, N * sizeof(int32_t));
   memcpy(a->targets, targets, N * sizeof(int32_t));
 
@@ -220,9 +293,9 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
     layer_acts(m, l, &lb, B, T);
     TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, lb.pre, N * Fl));
     /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, p->wo, NULL, N, Dl, D, 0);
-          gj_linear_forward(a->y, a->dact, p->fc_out_w, m->g->tp_rank == 0 ? p->fc_out_b : NULL,
-                            N, Fl, D, 1));
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
+          gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
+                            m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D)));
     double t0 = m->profile ? gj_now() : 0;
 #pragma omp parallel for simd schedule(static)
@@ -233,13 +306,61 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
   float *xL = a->resid + c->n_layer * NC * D;
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w,
                                            m->P.lnf_b, N, D, eps));
-  TIMED(GJ_PROF_VOCAB, gj_linear_forward(a->logits, a->xf, m->P.lm_w, m->P.lm_b, N, D, Vl, 0);
-        gj_ce_rowmax(a->ce_mx, a->logits, N, Vl));
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, a->ce_mx, N)));
-  TIMED(GJ_PROF_VOCAB, gj_ce_stats(a->ce_stats, a->logits, a->ce_mx, targets, N, Vl, m->v0));
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->ce_stats, 2 * N)));
-  *loss_sum = gj_ce_loss(a->ce_lse, a->ce_mx, a->ce_stats, targets, N, zloss, n_valid);
   return 0;
+}
+
+/* The vocabulary head over rows [r0, r0 + R): logits into lg [R, Vl], the vocab-parallel
+ * cross-entropy (two small TP all-reduces) and the loss of those rows; ce_lse[r0..] keeps
+ * log Z for backward. With scale != 0 also its backward, at once: lg becomes d loss / d logits,
+ * dh[r0..] (this shard's partial d xf) and the lm_head gradients accumulate. */
+static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss, float scale,
+                     double *loss_sum, int64_t *n_valid) {
+  gj_acts *a = &m->a;
+  const int64_t D = m->c.n_embd, Vl = m->Vl;
+  const int32_t *tg = a->targets + r0;
+  float *mx = a->ce_mx + r0, *st = a->ce_stats + 2 * r0, *lse = a->ce_lse + r0;
+  const float *xf = a->xf + r0 * D;
+  TIMED(GJ_PROF_VOCAB, gj_linear_forward(lg, xf, NULL, m->P.lm_w, W16(m->P.lm_w), m->P.lm_b, R, D, Vl, 0);
+        gj_ce_rowmax(mx, lg, R, Vl));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, mx, R)));
+  TIMED(GJ_PROF_VOCAB, gj_ce_stats(st, lg, mx, tg, R, Vl, m->v0));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
+  int64_t nv;
+  *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv);
+  *n_valid += nv;
+  if (scale == 0.0f) return 0;
+  TIMED(GJ_PROF_VOCAB, gj_ce_backward(lg, lse, tg, R, Vl, m->v0, scale, zloss);
+        const gj_bf16 *g16 = round16(a->g16, lg, R * Vl);
+        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, m->G.lm_b, lg, g16, xf, NULL, m->P.lm_w,
+                           W16(m->P.lm_w), R, D, Vl, 0));
+  return 0;
+}
+
+int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                     int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {
+  GJ_TRY(forward_body(m, ids, targets, B, T));
+  const int64_t N = B * T;
+  *loss_sum = 0, *n_valid = 0;
+  m->head_done = 0;
+  if (m->training) { /* blocks of rows; the logits are not kept */
+    for (int64_t r0 = 0; r0 < N; r0 += GJ_HEAD_ROWS)
+      GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(GJ_HEAD_ROWS, N - r0), zloss, 0.0f, loss_sum, n_valid));
+    return 0;
+  }
+  return head_rows(m, m->a.logits, 0, N, zloss, 0.0f, loss_sum, n_valid);
+}
+
+int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                              int64_t T, float zloss, float scale, double *loss_sum,
+                              int64_t *n_valid) {
+  GJ_TRY(forward_body(m, ids, targets, B, T));
+  const int64_t N = B * T;
+  *loss_sum = 0, *n_valid = 0;
+  const int64_t R = GJ_HEAD_ROWS;
+  for (int64_t r0 = 0; r0 < N; r0 += R)
+    GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));
+  m->head_done = 1;
+  return gj_model_backward(m, scale, zloss);
 }
 
 int gj_model_backward(gj_model *m, float scale, float zloss) {
@@ -248,10 +369,15 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
   const int64_t Vl = m->Vl, Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
 
-  /* d xf = dlogits W (partial over the vocab shards). */
-  TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
-        gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, a->xf, m->P.lm_w, a->ones, N,
-                           D, Vl, 0));
+  if (!m->head_done) {
+    if (m->training)
+      return GJ_FAIL("internal: a training model's backward runs through gj_model_forward_backward");
+    /* d xf = dlogits W (partial over the vocab shards), from the whole stored logits */
+    TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
+          gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, NULL, a->xf, NULL, m->P.lm_w,
+                             W16(m->P.lm_w), N, D, Vl, 0));
+  }
+  m->head_done = 0;
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
@@ -263,28 +389,49 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     gj_block_ptrs *gp = &m->G.h[l];
     layer_bufs lb = layer_at(m, l);
     if (m->recompute) layer_acts(m, l, &lb, B, T);
+    else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
     float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
     float *pre = lb.pre;
+    const gj_bf16 *h16 = a->h16, *dx16;
     /* dx is the gradient of the block output; both branches receive it unchanged. */
     /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
      * then receives the input gradient. */
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, a->dact,
-                                           p->fc_out_w, a->ones, N, Fl, D, 0);
-          gj_linear_backward_input(a->dact, a->dx, p->fc_out_w, N, Fl, D, 0));
-    TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl));
+    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
+                                           NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
+          gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
+    const gj_bf16 *g16;
+    TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+          g16 = round16(a->g16, a->dact, N * Fl));
     TIMED(GJ_PROF_GEMM,
-          gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, h, p->fc_in_w, a->ones, N,
-                             D, Fl, 0);
-          gj_linear_backward(a->datt, gp->wo, NULL, a->dx, att, p->wo, a->ones, N, Dl, D, 0));
-    TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v,
+          gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
+                             W16(p->fc_in_w), N, D, Fl, 0);
+          gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
+                             Dl, D, 0));
+    /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
+     * from the float ones) and of d att */
+    const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
+    if (lb.qkv16) {
+      const float *qkvd[4] = {q, k, v, a->datt};
+      for (int j = 0; j < 4; j++) {
+        gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
+        if (j == 3 || !lean_qkv(m))
+          TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
+        qkvd16[j] = dst;
+      }
+    }
+    TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
                                               a->attn_scratch, B, T, Hl, Hd, Dl));
     TIMED(GJ_PROF_ELEM,
           gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
           gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gp->wq, NULL, a->dq, h, p->wq, a->ones, N, D, Dl, 1);
-          gj_linear_backward(a->dh, gp->wk, NULL, a->dk, h, p->wk, a->ones, N, D, Dl, 1);
-          gj_linear_backward(a->dh, gp->wv, NULL, a->dv, h, p->wv, a->ones, N, D, Dl, 1));
+    float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
+    float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
+    for (int j = 0; j < 3; j++) {
+      TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
+      TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
+                                             W16(wqkv[j]), N, D, Dl, 1));
+    }
     /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
     TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,

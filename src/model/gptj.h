@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/gemm.h"
 #include "model/params.h"
 #include "parallel/grid.h"
 
@@ -23,7 +24,8 @@ typedef struct {
   float *pre;               /* [L, N, Fl] fc_in output (gelu of it is recomputed) */
   float *lnf_mean, *lnf_rstd; /* [N] */
   float *xf;                /* [N, D] ln_f output */
-  float *logits;            /* [N, Vl]; backward turns it into d loss / d logits */
+  float *logits;            /* [N, Vl] (a training model: [GJ_HEAD_ROWS, Vl], one block);
+                             * backward turns it into d loss / d logits */
   float *ce_mx, *ce_lse;    /* [N] */
   float *ce_stats;          /* [2N] */
   int32_t *ids, *targets;   /* [N] copies of the inputs */
@@ -32,10 +34,18 @@ typedef struct {
   float *dx, *dh;           /* [N, D] */
   float *dq, *dk, *dv, *datt; /* [N, Dl] */
   float *dact;              /* [N, Fl] */
-  float *ones;              /* [N] */
   float *attn_scratch;
   float *rot_cos, *rot_sin; /* [n_positions, R/2] */
+  /* bf16 precision only (NULL in float32): bfloat16 copies of GEMM operands used twice or more */
+  gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output */
+  gj_bf16 *dx16;            /* [N, D] the current layer's output gradient */
+  gj_bf16 *g16;             /* d act [N, Fl], d q/k/v [N, Dl] or a block of d logits */
+  gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward) */
 } gj_acts;
+
+/* Rows per block of the vocabulary head in training: the logits of one block are all that is
+ * stored of them. */
+#define GJ_HEAD_ROWS 256
 
 /* Time categories of a step (gptj bench). */
 enum { GJ_PROF_GEMM, GJ_PROF_ATTN, GJ_PROF_ELEM, GJ_PROF_VOCAB, GJ_PROF_COMM, GJ_PROF_N };
@@ -53,12 +63,19 @@ typedef struct {
   size_t numel_pad, zero_lo, zero_n;
   int zero;                   /* ZeRO-1: moments sharded over the DP group */
   int recompute;              /* keep only the residual stream; recompute layers in backward */
+  int training;               /* the vocabulary head runs in blocks, fused with its backward */
+  int head_done;              /* gj_model_forward_backward did the head's backward */
   gj_ptrs P, G;
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;
   size_t act_bytes, arena_bytes;
   gj_acts a;
   int nthreads;
+  /* bf16 precision: bfloat16 copies of the GEMM weights (every 2-D tensor but the embedding),
+   * at the same offsets as in params; rounded again before the first forward after
+   * gj_model_weights_changed. NULL in float32. */
+  gj_bf16 *w16;
+  int w16_stale;
   /* Called during backward each time the gradients from float offset `lo` to the end of the
    * gradient block are final (lo decreases to 0), so that their DP reduction can start. */
   int (*grad_ready)(void *ctx, size_t lo);
@@ -68,9 +85,12 @@ typedef struct {
 /* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them.
  * zero = 1: ZeRO-1, DP rank r keeps the AdamW moments of the flat range [r P, (r+1) P) of
  * this TP rank's parameter block only (P = numel_pad / dp). recompute = 1: activation
- * recomputation per layer (the KV-cache path needs recompute = 0). */
+ * recomputation per layer (the KV-cache path needs recompute = 0). training = 1: the
+ * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
+ * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then
+ * returns the loss only); training = 0 keeps the whole logits (eval, generate, tests). */
 int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero, int recompute);
+                    int zero, int recompute, int training);
 void gj_model_free(gj_model *m);
 
 /* Bytes a rank allocates for a layout, computed without allocating (the same arithmetic as
@@ -79,16 +99,32 @@ typedef struct {
   size_t params, grads, moments, acts;
 } gj_mem_sizes;
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
-                   int recompute, int64_t B, int64_t T, int nthreads);
+                   int recompute, int training, int64_t B, int64_t T, int nthreads);
 
 /* Forward over ids [B, T] with targets [B, T] (< 0: not scored). *loss_sum is the summed
  * cross-entropy (plus z-loss) over this DP rank's valid targets, *n_valid their number.
- * Leaves logits [B*T, Vl] in m->a.logits. */
+ * Leaves logits [B*T, Vl] in m->a.logits (not on a training model). */
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid);
 /* Backward of the last forward; gradients ACCUMULATE into m->grads (the caller zeroes),
- * each scaled by `scale` (1 / number of scored tokens in the global batch). */
+ * each scaled by `scale` (1 / number of scored tokens in the global batch). Not on a training
+ * model (use gj_model_forward_backward). */
 int gj_model_backward(gj_model *m, float scale, float zloss);
+/* Forward and backward of one micro-batch: the same results as gj_model_forward then
+ * gj_model_backward, with the vocabulary head's backward done block by block as its forward
+ * goes (so its logits are never stored whole on a training model). */
+int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
+                              int64_t T, float zloss, float scale, double *loss_sum,
+                              int64_t *n_valid);
 void gj_model_zero_grads(gj_model *m);
+/* The parameters changed (optimizer step, load): bf16 weight copies are refreshed before the
+ * next forward. Cheap; a no-op in float32. */
+void gj_model_weights_changed(gj_model *m);
+/* Refresh the bf16 copies now if they are stale (the forwards call it). */
+void gj_model_sync_w16(gj_model *m);
+/* The bf16 copy of parameter tensor p (a pointer into m->params), or NULL in float32. */
+static inline const gj_bf16 *gj_model_w16(const gj_model *m, const float *p) {
+  return m->w16 ? m->w16 + (p - m->params) : NULL;
+}
 
 #endif

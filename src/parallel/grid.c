@@ -121,3 +121,11 @@ int gj_agree(MPI_Comm comm, int rc) {
   MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, comm);
   return all;
 }
+
+int gj_same_int(MPI_Comm comm, int v, int *same) {
+  int mm[2] = {-v, v};
+  int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm);
+  if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Allreduce(same value)");
+  *same = -mm[0] == mm[1];
+  return 0;
+}

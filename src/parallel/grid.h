@@ -36,6 +36,9 @@ int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, 
 /* All ranks agree: returns nonzero on every rank if rc was nonzero on any. */
 int gj_agree(MPI_Comm comm, int rc);
 
+/* *same = 1 on every rank if every rank passed the same v. */
+int gj_same_int(MPI_Comm comm, int v, int *same);
+
 /* Turn an MPI error code into a recorded message. */
 int gj_mpi_fail(int code, const char *what);
 

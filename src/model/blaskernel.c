@@ -1,0 +1,115 @@
+/* OpenBLAS's kernel: chosen by gptj for the CPU, checked, with a fallback.
+ *
+ * OpenBLAS reads OPENBLAS_CORETYPE once, when it is loaded, so a different kernel needs the
+ * program to start again: the choice is made before MPI_Init and applied by re-executing the
+ * program with the variable set. Debian's 0.3.21 does not know recent Intel cores and falls
+ * back to its generic Prescott (SSE3) kernel on them; and some OpenBLAS builds compute wrong
+ * results (or crash) with some kernels on some CPUs. So gptj picks the widest kernel the CPU
+ * runs (SkylakeX with AVX-512, Haswell with AVX2 + FMA), whatever OPENBLAS_CORETYPE says,
+ * checks it against a double-precision product in a forked child (a crash there is only a
+ * failed check), and falls back SkylakeX -> Haswell -> Prescott with a warning if it fails.
+ * GJ_OPENBLAS_CORETYPE=NAME imposes a kernel (still checked). */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "model/gemm.h"
+
+char *openblas_get_corename(void);
+void openblas_set_num_threads(int);
+
+const char *gj_blas_core(void) { return openblas_get_corename(); }
+
+/* The kernel to use: the widest this CPU runs. */
+static const char *wanted_core(void) {
+  const char *user = getenv("GJ_OPENBLAS_CORETYPE");
+  if (user && *user) return user;
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  if (f.avx512) return "SkylakeX";
+  if (f.avx2) return "Haswell";
+  return NULL;
+}
+
+/* Kernels OpenBLAS picks by itself that are as wide as what we would ask for. */
+static int same_or_wider(const char *core, const char *want) {
+  if (!strcasecmp(core, want)) return 1;
+  static const char *avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+  int want512 = 0, core512 = 0;
+  for (int i = 0; avx512[i]; i++) want512 |= !strcasecmp(want, avx512[i]), core512 |= !strcasecmp(core, avx512[i]);
+  if (want512) return core512;
+  if (!strcasecmp(want, "Haswell")) return core512 || !strcasecmp(core, "Zen");
+  return 0;
+}
+
+/* sgemm in all four transpositions against a double loop, in a child process. */
+static int kernel_ok(void) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return 1; /* cannot check: trust it */
+  if (pid == 0) {
+    openblas_set_num_threads(1);
+    enum { M = 37, N = 29, K = 83 };
+    static float a[M * K], b[K * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)((i * 7919 % 201) - 100) / 128.0f;
+    for (int i = 0; i < K * N; i++) b[i] = (float)((i * 104729 % 193) - 96) / 128.0f;
+    for (int kind = 0; kind < 4; kind++) {
+      int ta = kind & 1, tb = kind >> 1;
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double s = 0;
+          for (int k = 0; k < K; k++)
+            s += (double)(ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+          if (!(fabs(s - c[i * N + j]) <= 1e-4)) _exit(1);
+        }
+    }
+    _exit(0);
+  }
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return 1;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void reexec(char **argv, const char *core) {
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  setenv("GJ_BLAS_REEXEC", core, 1);
+  /* exec the real path, not /proc/self/exe, so that the process keeps its name */
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    execv(self, argv);
+  }
+  /* exec failed: go on with the kernel loaded */
+}
+
+void gj_blas_select_kernel(char **argv) {
+  const char *core = openblas_get_corename();
+  const char *tried = getenv("GJ_BLAS_REEXEC"); /* the kernel a previous exec asked for */
+  if (!tried) {
+    const char *want = wanted_core(), *user = getenv("GJ_OPENBLAS_CORETYPE");
+    int have = want && (user && *user ? !strcasecmp(core, want) : same_or_wider(core, want));
+    if (want && !have) {
+      reexec(argv, want);
+      return;
+    }
+  }
+  if (kernel_ok()) return;
+  const char *next = !strcasecmp(core, "Haswell") ? "Prescott" : strcasecmp(core, "Prescott") ? "Haswell" : NULL;
+  if (!next) {
+    fprintf(stderr, "gptj: warning: OpenBLAS's %s kernel gives wrong products on this CPU; "
+            "the GEMM check will choose another backend\n", core);
+    return;
+  }
+  fprintf(stderr, "gptj: warning: OpenBLAS's %s kernel gives wrong products on this CPU "
+          "(checked against a reference); using its %s kernel\n", core, next);
+  reexec(argv, next);
+}

@@ -1,0 +1,705 @@
+#include "model/gemm.h"
+
+#include <cblas.h>
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* ---- CPU features ---- */
+
+static uint64_t xgetbv0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+/* Linux keeps AMX tile data off until a process asks (arch_prctl ARCH_REQ_XCOMP_PERM). */
+static int amx_permitted(void) {
+  static int done = -1;
+  int r;
+#pragma omp critical(gj_amx_perm)
+  {
+    if (done < 0) done = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+    r = done;
+  }
+  return r;
+}
+
+void gj_cpu_detect(gj_cpu_features *f) {
+  memset(f, 0, sizeof *f);
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+  int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
+  if (!osxsave) return;
+  uint64_t xcr0 = xgetbv0();
+  int ymm = (xcr0 & 6) == 6, zmm = ymm && (xcr0 & 0xe0) == 0xe0, tiles = (xcr0 & 0x60000) == 0x60000;
+  if (__get_cpuid_max(0, NULL) < 7) return;
+  __cpuid_count(7, 0, a, b, c, d);
+  f->avx2 = ymm && fma && ((b >> 5) & 1);
+  f->avx512 = zmm && ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+  int amx = ((d >> 22) & 1) && ((d >> 24) & 1);
+  unsigned a1, b1, c1, d1;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  f->avx512_bf16 = f->avx512 && ((a1 >> 5) & 1);
+  f->amx_bf16 = amx && tiles && amx_permitted();
+}
+
+/* ---- names ---- */
+
+int gj_gemm_backend_parse(const char *s, gj_gemm_backend *b) {
+  if (!strcmp(s, "auto")) *b = GJ_GEMM_AUTO;
+  else if (!strcmp(s, "openblas")) *b = GJ_GEMM_OPENBLAS;
+  else if (!strcmp(s, "onednn")) *b = GJ_GEMM_ONEDNN;
+  else return -1;
+  return 0;
+}
+
+int gj_precision_parse(const char *s, gj_precision *p) {
+  if (!strcmp(s, "fp32") || !strcmp(s, "float32")) *p = GJ_PREC_F32;
+  else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *p = GJ_PREC_BF16;
+  else return -1;
+  return 0;
+}
+
+const char *gj_gemm_backend_name(gj_gemm_backend b) {
+  return b == GJ_GEMM_OPENBLAS ? "openblas" : b == GJ_GEMM_ONEDNN ? "onednn" : "auto";
+}
+const char *gj_precision_name(gj_precision p) { return p == GJ_PREC_BF16 ? "bf16" : "fp32"; }
+
+/* ---- state ---- */
+
+static gj_gemm_backend g_backend = GJ_GEMM_OPENBLAS;
+static gj_precision g_prec = GJ_PREC_F32;
+static char g_desc[160] = "OpenBLAS fp32";
+
+gj_gemm_backend gj_gemm_backend_in_use(void) { return g_backend; }
+gj_precision gj_gemm_precision(void) { return g_prec; }
+const char *gj_gemm_describe(void) { return g_desc; }
+
+/* Per-thread scratch: rounded operands and oneDNN's scratchpad. Grown on the first products
+ * of a shape, then reused: the step loop allocates nothing after its first step. */
+typedef struct {
+  void *p;
+  size_t cap;
+} scratch;
+static __thread scratch tl_a, tl_b, tl_pad;
+static __thread dnnl_stream_t tl_stream;
+
+static void *scratch_get(scratch *s, size_t bytes) {
+  if (bytes > s->cap) {
+    free(s->p);
+    size_t cap = bytes + bytes / 4 + 4096;
+    s->p = NULL;
+    if (posix_memalign(&s->p, 64, cap)) {
+      fprintf(stderr, "gptj: error: out of memory for a GEMM scratch buffer of %zu bytes\n", cap);
+      abort();
+    }
+    s->cap = cap;
+  }
+  return s->p;
+}
+
+/* Round rows x cols of src (row stride ld) densely into dst. */
+static void round_rows(gj_bf16 *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
+  for (int64_t r = 0; r < rows; r++) gj_bf16_round(dst + r * cols, src + r * ld, (size_t)cols);
+}
+
+static void round_generic(gj_bf16 *dst, const float *src, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) dst[i] = gj_f32_to_bf16(src[i]);
+}
+
+/* VCVTNEPS2BF16 rounds to nearest even and quiets NaNs, as gj_f32_to_bf16 does. */
+__attribute__((target("avx512f,avx512bf16"))) static void round_avx512bf16(gj_bf16 *dst,
+                                                                           const float *src, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  for (; i < n; i++) dst[i] = gj_f32_to_bf16(src[i]);
+}
+
+void gj_bf16_round(gj_bf16 *dst, const float *src, size_t n) {
+  /* __builtin_cpu_supports reads what a constructor filled in: cheap and thread-safe */
+  if (__builtin_cpu_supports("avx512bf16")) round_avx512bf16(dst, src, n);
+  else round_generic(dst, src, n);
+}
+
+/* ---- oneDNN ---- */
+
+typedef struct {
+  int ta, tb, bf16;
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  size_t pad_bytes;
+} prim_entry;
+
+static dnnl_engine_t g_engine;
+/* The primitive cache: a growing open-addressing table of pointers to entries that are never
+ * moved or freed before gj_gemm_finalize, so a thread may use its entry while another grows
+ * the table. Each thread first looks in a small direct-mapped table of its own, without the
+ * lock. */
+static prim_entry **g_cache;
+static size_t g_cache_cap, g_cache_n;
+#define GJ_TL_CACHE 64
+static __thread prim_entry *tl_cache[GJ_TL_CACHE];
+static __thread unsigned tl_epoch;
+static unsigned g_epoch = 1; /* bumped by gj_gemm_finalize: every thread's table is then stale */
+
+static uint64_t key_hash(const prim_entry *k) {
+  uint64_t h = 1469598103934665603ull;
+  int64_t v[] = {k->ta, k->tb, k->bf16, k->M, k->N, k->K, k->lda, k->ldb, k->ldc};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+  uint32_t fa, fb;
+  memcpy(&fa, &k->alpha, 4), memcpy(&fb, &k->beta, 4);
+  h = (h ^ fa) * 1099511628211ull;
+  return (h ^ fb) * 1099511628211ull;
+}
+
+static int key_eq(const prim_entry *x, const prim_entry *y) {
+  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->M == y->M && x->N == y->N &&
+         x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
+         x->alpha == y->alpha && x->beta == y->beta;
+}
+
+static void die_dnnl(const char *what, dnnl_status_t st, const prim_entry *k) {
+  fprintf(stderr, "gptj: error: oneDNN %s failed (status %d) for a %s matmul %lldx%lldx%lld\n", what,
+          (int)st, k->bf16 ? "bf16" : "fp32", (long long)k->M, (long long)k->N, (long long)k->K);
+  abort();
+}
+
+static dnnl_status_t ensure_engine(void) {
+  if (g_engine) return dnnl_success;
+  return dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+}
+
+/* Create the primitive of key k (its descriptors filled in). */
+static dnnl_status_t prim_create(prim_entry *k) {
+  dnnl_status_t st = ensure_engine();
+  if (st != dnnl_success) return st;
+  dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32;
+  /* logical A [M, K], B [K, N], C [M, N]; a transposed operand is the stored matrix read by
+   * columns, i.e. swapped strides */
+  dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+  dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
+  dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+  dnnl_dims_t cs = {k->ldc, 1};
+  if ((st = dnnl_memory_desc_init_by_strides(&k->a_md, 2, ad, in, as)) ||
+      (st = dnnl_memory_desc_init_by_strides(&k->b_md, 2, bd, in, bs)) ||
+      (st = dnnl_memory_desc_init_by_strides(&k->c_md, 2, cd, dnnl_f32, cs)))
+    return st;
+  dnnl_matmul_desc_t md;
+  if ((st = dnnl_matmul_desc_init(&md, &k->a_md, &k->b_md, NULL, &k->c_md))) return st;
+  dnnl_primitive_attr_t attr;
+  if ((st = dnnl_primitive_attr_create(&attr))) return st;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (!st && k->alpha != 1.0f) st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha);
+  if (!st && k->beta != 0.0f) {
+    st = dnnl_post_ops_create(&po);
+    if (!st) st = dnnl_post_ops_append_sum(po, k->beta);
+    if (!st) st = dnnl_primitive_attr_set_post_ops(attr, po);
+  }
+  if (!st) st = dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL);
+  if (!st) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    k->pad_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    st = dnnl_primitive_create(&k->prim, pd);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  dnnl_primitive_attr_destroy(attr);
+  return st;
+}
+
+/* The cached entry for key k, created on first use. */
+static prim_entry *prim_get(const prim_entry *k) {
+  uint64_t h = key_hash(k);
+  if (tl_epoch != g_epoch) memset(tl_cache, 0, sizeof tl_cache), tl_epoch = g_epoch;
+  prim_entry *e = tl_cache[h % GJ_TL_CACHE];
+  if (e && key_eq(e, k)) return e;
+  dnnl_status_t st = dnnl_success;
+  int oom = 0;
+  e = NULL;
+#pragma omp critical(gj_gemm_cache)
+  {
+    if (2 * (g_cache_n + 1) > g_cache_cap) {
+      size_t cap = g_cache_cap ? 2 * g_cache_cap : 256;
+      prim_entry **t = calloc(cap, sizeof *t);
+      if (t) {
+        for (size_t i = 0; i < g_cache_cap; i++)
+          if (g_cache[i]) {
+            size_t j = key_hash(g_cache[i]) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = g_cache[i];
+          }
+        free(g_cache);
+        g_cache = t, g_cache_cap = cap;
+      }
+    }
+    if (2 * (g_cache_n + 1) <= g_cache_cap) {
+      size_t j = h & (g_cache_cap - 1);
+      while (g_cache[j] && !key_eq(g_cache[j], k)) j = (j + 1) & (g_cache_cap - 1);
+      if (g_cache[j]) e = g_cache[j];
+      else if ((e = malloc(sizeof *e))) {
+        *e = *k;
+        st = prim_create(e);
+        if (st == dnnl_success) g_cache[j] = e, g_cache_n++;
+        else free(e), e = NULL;
+      } else {
+        oom = 1;
+      }
+    } else {
+      oom = 1;
+    }
+  }
+  if (st != dnnl_success) die_dnnl("primitive creation", st, k);
+  if (oom || !e) {
+    fprintf(stderr, "gptj: error: out of memory for the GEMM primitive cache\n");
+    abort();
+  }
+  tl_cache[h % GJ_TL_CACHE] = e;
+  return e;
+}
+
+static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc, int bf16) {
+  prim_entry key = {ta, tb, bf16, M, N, K, lda, ldb, ldc, alpha, beta, NULL, {0}, {0}, {0}, 0};
+  prim_entry *e = prim_get(&key);
+  dnnl_status_t st;
+  if (!tl_stream && (st = dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags)))
+    die_dnnl("stream creation", st, &key);
+  dnnl_memory_t ma, mb, mc, mp = NULL;
+  if ((st = dnnl_memory_create(&ma, &e->a_md, g_engine, (void *)A)) ||
+      (st = dnnl_memory_create(&mb, &e->b_md, g_engine, (void *)B)) ||
+      (st = dnnl_memory_create(&mc, &e->c_md, g_engine, C)))
+    die_dnnl("memory creation", st, &key);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  int nargs = 3;
+  if (e->pad_bytes) {
+    dnnl_memory_desc_t pmd;
+    dnnl_dims_t pd = {(dnnl_dim_t)e->pad_bytes};
+    dnnl_memory_desc_init_by_tag(&pmd, 1, pd, dnnl_u8, dnnl_a);
+    if ((st = dnnl_memory_create(&mp, &pmd, g_engine, scratch_get(&tl_pad, e->pad_bytes))))
+      die_dnnl("scratchpad creation", st, &key);
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mp};
+  }
+  if ((st = dnnl_primitive_execute(e->prim, tl_stream, nargs, args))) die_dnnl("execution", st, &key);
+  dnnl_stream_wait(tl_stream);
+  dnnl_memory_destroy(ma), dnnl_memory_destroy(mb), dnnl_memory_destroy(mc);
+  if (mp) dnnl_memory_destroy(mp);
+}
+
+/* ---- recording ---- */
+
+typedef struct {
+  int ta, tb, par, a16, b16; /* a16, b16: the operand came with its bf16 copy */
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  double count;
+} rec_shape;
+
+#define GJ_REC_MAX 4096
+static int g_record;
+static rec_shape g_rec[GJ_REC_MAX];
+static int g_rec_n;
+static double g_rec_flops;
+
+void gj_gemm_record(int on) { g_record = on; }
+void gj_gemm_record_reset(void) { g_rec_n = 0, g_rec_flops = 0; }
+double gj_gemm_recorded_flops(void) { return g_rec_flops; }
+
+static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                   int64_t ldc, float alpha, float beta, int a16, int b16) {
+  int par = omp_in_parallel();
+  if (g_prec != GJ_PREC_BF16) a16 = b16 = 0;
+#pragma omp critical(gj_gemm_rec)
+  {
+    g_rec_flops += 2.0 * M * N * K;
+    int i = 0;
+    for (; i < g_rec_n; i++) {
+      rec_shape *r = &g_rec[i];
+      if (r->ta == ta && r->tb == tb && r->par == par && r->a16 == a16 && r->b16 == b16 && r->M == M && r->N == N && r->K == K &&
+          r->lda == lda && r->ldb == ldb && r->ldc == ldc && r->alpha == alpha && r->beta == beta)
+        break;
+    }
+    if (i < g_rec_n) g_rec[i].count += 1;
+    else if (g_rec_n < GJ_REC_MAX)
+      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, M, N, K, lda, ldb, ldc, alpha, beta, 1};
+  }
+}
+
+/* ---- the door ---- */
+
+void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+             const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+             float beta, float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (g_record) record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL);
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  if (g_backend == GJ_GEMM_OPENBLAS) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return;
+  }
+  if (g_prec == GJ_PREC_F32) {
+    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
+    return;
+  }
+  /* bf16: round the operands that have no bfloat16 copy, densely */
+  if (!Ah) {
+    int64_t r = ta ? K : M, c = ta ? M : K;
+    gj_bf16 *t = scratch_get(&tl_a, (size_t)r * c * sizeof(gj_bf16));
+    round_rows(t, A, r, c, lda);
+    Ah = t, lda = c;
+  }
+  if (!Bh) {
+    int64_t r = tb ? N : K, c = tb ? K : N;
+    gj_bf16 *t = scratch_get(&tl_b, (size_t)r * c * sizeof(gj_bf16));
+    round_rows(t, B, r, c, ldb);
+    Bh = t, ldb = c;
+  }
+  dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, C, ldc, 1);
+}
+
+/* ---- checks and setup ---- */
+
+static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull; }
+
+int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
+  gj_gemm_backend ob = g_backend;
+  gj_precision op = g_prec;
+  g_backend = b, g_prec = prec;
+  int bad = 0;
+  static const int64_t shapes[][3] = {{67, 45, 129}, {1, 300, 77}, {130, 1, 64}, {33, 97, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !bad; s++)
+    for (int kind = 0; kind < 8 && !bad; kind++) {
+      int ta = kind & 1, tb = (kind >> 1) & 1;
+      float alpha = (kind & 4) ? 0.125f : 1.0f, beta = (kind & 4) ? 1.0f : 0.0f;
+      int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+      int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+      size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+      float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4);
+      double *R = malloc((size_t)M * N * 8);
+      if (!A || !B || !C || !R) {
+        free(A), free(B), free(C), free(R);
+        bad = 2;
+        break;
+      }
+      uint64_t seed = 12345 + s * 8 + kind;
+      for (size_t i = 0; i < na; i++) A[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
+      for (size_t i = 0; i < nb; i++) B[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
+      for (size_t i = 0; i < nc; i++) C[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; k++) {
+            float a = ta ? A[k * lda + i] : A[i * lda + k], bb = tb ? B[j * ldb + k] : B[k * ldb + j];
+            if (prec == GJ_PREC_BF16) a = gj_bf16_to_f32(gj_f32_to_bf16(a)), bb = gj_bf16_to_f32(gj_f32_to_bf16(bb));
+            acc += (double)a * bb;
+          }
+          R[i * N + j] = alpha * acc + beta * C[i * ldc + j];
+        }
+      gj_gemm(ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, beta, C, ldc);
+      /* float32 accumulation of K products of numbers below 1/2: error below K * 2^-24 */
+      double tol = 1e-6 * (double)K + 1e-6;
+      for (int64_t i = 0; i < M && !bad; i++)
+        for (int64_t j = 0; j < N; j++)
+          if (!(fabs(C[i * ldc + j] - R[i * N + j]) <= tol)) {
+            bad = 1;
+            break;
+          }
+      free(A), free(B), free(C), free(R);
+    }
+  g_backend = ob, g_prec = op;
+  return bad;
+}
+
+/* OpenBLAS runs a kernel of the CPU's full vector width (AVX-512 on an AVX-512 CPU). */
+static int blas_full_width(const gj_cpu_features *f) {
+  const char *core = gj_blas_core();
+  static const char *w512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+  static const char *w256[] = {"Haswell", "Zen", NULL};
+  int is512 = 0, is256 = 0;
+  for (int i = 0; w512[i]; i++) is512 |= !strcasecmp(core, w512[i]);
+  for (int i = 0; w256[i]; i++) is256 |= !strcasecmp(core, w256[i]);
+  return f->avx512 ? is512 : f->avx2 ? is512 || is256 : 1;
+}
+
+int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  const dnnl_version_t *v = dnnl_version();
+  if (prec == GJ_PREC_BF16) {
+    if (want == GJ_GEMM_OPENBLAS)
+      return GJ_FAIL("--gemm openblas: OpenBLAS has no bfloat16 GEMM here; use --gemm onednn or auto with --precision bf16");
+    if (!f.amx_bf16 && !f.avx512_bf16)
+      return GJ_FAIL("--precision bf16: this CPU has neither AMX-BF16 nor AVX512_BF16; use --precision fp32");
+    if (gj_gemm_selftest(GJ_GEMM_ONEDNN, prec))
+      return GJ_FAIL("--precision bf16: oneDNN's bfloat16 matmul gives wrong results on this CPU; use --precision fp32");
+    g_backend = GJ_GEMM_ONEDNN, g_prec = prec;
+    snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d bf16 (%s)", v->major, v->minor, v->patch,
+             f.amx_bf16 ? "AMX" : "AVX512_BF16");
+    return 0;
+  }
+  gj_gemm_backend b = want;
+  if (b == GJ_GEMM_AUTO) b = blas_full_width(&f) ? GJ_GEMM_OPENBLAS : GJ_GEMM_ONEDNN;
+  gj_gemm_backend other = b == GJ_GEMM_OPENBLAS ? GJ_GEMM_ONEDNN : GJ_GEMM_OPENBLAS;
+  if (gj_gemm_selftest(b, prec)) {
+    gj_warn("the %s float32 GEMM gives wrong results on this CPU (checked against a reference product); using %s",
+            gj_gemm_backend_name(b), gj_gemm_backend_name(other));
+    if (gj_gemm_selftest(other, prec))
+      return GJ_FAIL("neither OpenBLAS nor oneDNN computes correct float32 products on this CPU");
+    b = other;
+  }
+  g_backend = b, g_prec = prec;
+  if (b == GJ_GEMM_OPENBLAS)
+    snprintf(g_desc, sizeof g_desc, "OpenBLAS %s kernel fp32", gj_blas_core());
+  else
+    snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d fp32 (%s)", v->major, v->minor, v->patch,
+             f.avx512 ? "AVX-512" : f.avx2 ? "AVX2" : "SSE");
+  return 0;
+}
+
+void gj_gemm_finalize(void) {
+  for (size_t i = 0; i < g_cache_cap; i++)
+    if (g_cache[i]) dnnl_primitive_destroy(g_cache[i]->prim), free(g_cache[i]);
+  free(g_cache);
+  g_cache = NULL, g_cache_cap = g_cache_n = 0;
+  g_epoch++;
+  /* the engine and the threads' streams stay: other threads may still hold a stream */
+  free(tl_a.p), free(tl_b.p), free(tl_pad.p);
+  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_pad, 0, sizeof tl_pad);
+}
+
+/* ---- the ceiling of the recorded products ---- */
+
+static float *fill_buf(size_t n) {
+  float *p = gj_alloc(n * sizeof(float) + 64);
+  if (p)
+    for (size_t i = 0; i < n; i++) p[i] = (float)((int)(i % 13) - 6) * 0.01f;
+  return p;
+}
+
+/* Seconds per product of shape r at the current backend (best of repetitions after a
+ * warm-up). A shape recorded inside a parallel region runs on every thread at once, as in the
+ * step; the repetition count is decided by one thread for all. */
+static double time_shape(const rec_shape *r, double seconds) {
+  size_t na = (size_t)(r->ta ? r->K : r->M) * r->lda, nb = (size_t)(r->tb ? r->N : r->K) * r->ldb;
+  size_t nc = (size_t)r->M * r->ldc;
+  int nt = r->par ? omp_get_max_threads() : 1;
+  double best = 1e30, spent = 0, t0 = 0;
+  int fail = 0, go = 1;
+#pragma omp parallel num_threads(nt)
+  {
+    /* an operand that came with its bf16 copy is given one here too: what the door read */
+    float *A = fill_buf(na), *B = fill_buf(nb), *C = fill_buf(nc);
+    gj_bf16 *A16 = r->a16 ? malloc(na * sizeof(gj_bf16) + 64) : NULL;
+    gj_bf16 *B16 = r->b16 ? malloc(nb * sizeof(gj_bf16) + 64) : NULL;
+    if (!A || !B || !C || (r->a16 && !A16) || (r->b16 && !B16)) {
+#pragma omp atomic write
+      fail = 1;
+    } else {
+      if (A16) gj_bf16_round(A16, A, na);
+      if (B16) gj_bf16_round(B16, B, nb);
+    }
+    for (int rep = 0;; rep++) {
+#pragma omp barrier
+#pragma omp single
+      {
+        go = !fail && rep < 1000 && (rep < 3 || spent < seconds);
+        t0 = gj_now();
+      }
+      if (!go) break;
+      gj_gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, A16, r->lda, B, B16, r->ldb, r->beta, C,
+              r->ldc);
+#pragma omp barrier
+#pragma omp single
+      {
+        double dt = gj_now() - t0;
+        spent += dt;
+        if (rep > 0 && dt < best) best = dt;
+      }
+    }
+    free(A), free(B), free(C), free(A16), free(B16);
+  }
+  return fail ? 0 : best / nt;
+}
+
+double gj_gemm_recorded_rate(double seconds_per_shape) {
+  int was = g_record;
+  g_record = 0;
+  double flops = 0, time = 0;
+  for (int i = 0; i < g_rec_n; i++) {
+    const rec_shape *r = &g_rec[i];
+    double f = 2.0 * r->M * r->N * r->K * r->count;
+    /* small shapes get less time: their share of the step is small too */
+    double t = time_shape(r, seconds_per_shape * GJ_MIN(1.0, f / (g_rec_flops + 1) * 10 + 0.05));
+    if (t <= 0) continue;
+    flops += f, time += t * r->count;
+  }
+  g_record = was;
+  return time > 0 ? flops / time : 0;
+}
+
+/* ---- hardware peak ---- */
+
+__attribute__((target("avx512f"))) static double loop_fma512(int64_t iters) {
+  __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  /* distinct values, and every chain opaque to the compiler, so that none is merged */
+  __m512 a0 = _mm512_set1_ps(1.0f), a1 = _mm512_set1_ps(1.1f), a2 = _mm512_set1_ps(1.2f), a3 = _mm512_set1_ps(1.3f),
+         a4 = _mm512_set1_ps(1.4f), a5 = _mm512_set1_ps(1.5f), a6 = _mm512_set1_ps(1.6f), a7 = _mm512_set1_ps(1.7f),
+         a8 = _mm512_set1_ps(1.8f), a9 = _mm512_set1_ps(1.9f), a10 = _mm512_set1_ps(2.0f), a11 = _mm512_set1_ps(2.1f);
+  for (int64_t i = 0; i < iters; i++) {
+    a0 = _mm512_fmadd_ps(a0, b, c), a1 = _mm512_fmadd_ps(a1, b, c), a2 = _mm512_fmadd_ps(a2, b, c);
+    a3 = _mm512_fmadd_ps(a3, b, c), a4 = _mm512_fmadd_ps(a4, b, c), a5 = _mm512_fmadd_ps(a5, b, c);
+    a6 = _mm512_fmadd_ps(a6, b, c), a7 = _mm512_fmadd_ps(a7, b, c), a8 = _mm512_fmadd_ps(a8, b, c);
+    a9 = _mm512_fmadd_ps(a9, b, c), a10 = _mm512_fmadd_ps(a10, b, c), a11 = _mm512_fmadd_ps(a11, b, c);
+    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
+    __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  return (double)_mm512_reduce_add_ps(s) * 0 + 12.0 * 16 * 2 * (double)iters;
+}
+
+__attribute__((target("avx2,fma"))) static double loop_fma256(int64_t iters) {
+  __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  /* distinct values, and every chain opaque to the compiler, so that none is merged */
+  __m256 a0 = _mm256_set1_ps(1.0f), a1 = _mm256_set1_ps(1.1f), a2 = _mm256_set1_ps(1.2f), a3 = _mm256_set1_ps(1.3f),
+         a4 = _mm256_set1_ps(1.4f), a5 = _mm256_set1_ps(1.5f), a6 = _mm256_set1_ps(1.6f), a7 = _mm256_set1_ps(1.7f),
+         a8 = _mm256_set1_ps(1.8f), a9 = _mm256_set1_ps(1.9f), a10 = _mm256_set1_ps(2.0f), a11 = _mm256_set1_ps(2.1f);
+  for (int64_t i = 0; i < iters; i++) {
+    a0 = _mm256_fmadd_ps(a0, b, c), a1 = _mm256_fmadd_ps(a1, b, c), a2 = _mm256_fmadd_ps(a2, b, c);
+    a3 = _mm256_fmadd_ps(a3, b, c), a4 = _mm256_fmadd_ps(a4, b, c), a5 = _mm256_fmadd_ps(a5, b, c);
+    a6 = _mm256_fmadd_ps(a6, b, c), a7 = _mm256_fmadd_ps(a7, b, c), a8 = _mm256_fmadd_ps(a8, b, c);
+    a9 = _mm256_fmadd_ps(a9, b, c), a10 = _mm256_fmadd_ps(a10, b, c), a11 = _mm256_fmadd_ps(a11, b, c);
+    __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
+    __asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return (double)out[0] * 0 + 12.0 * 8 * 2 * (double)iters;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double loop_dpbf16(int64_t iters) {
+  __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80), c = b;
+  __m512 a0 = _mm512_set1_ps(1.0f), a1 = _mm512_set1_ps(1.1f), a2 = _mm512_set1_ps(1.2f),
+         a3 = _mm512_set1_ps(1.3f), a4 = _mm512_set1_ps(1.4f), a5 = _mm512_set1_ps(1.5f),
+         a6 = _mm512_set1_ps(1.6f), a7 = _mm512_set1_ps(1.7f), a8 = _mm512_set1_ps(1.8f),
+         a9 = _mm512_set1_ps(1.9f), a10 = _mm512_set1_ps(2.0f), a11 = _mm512_set1_ps(2.1f);
+  for (int64_t i = 0; i < iters; i++) {
+    a0 = _mm512_dpbf16_ps(a0, b, c), a1 = _mm512_dpbf16_ps(a1, b, c), a2 = _mm512_dpbf16_ps(a2, b, c);
+    a3 = _mm512_dpbf16_ps(a3, b, c), a4 = _mm512_dpbf16_ps(a4, b, c), a5 = _mm512_dpbf16_ps(a5, b, c);
+    a6 = _mm512_dpbf16_ps(a6, b, c), a7 = _mm512_dpbf16_ps(a7, b, c), a8 = _mm512_dpbf16_ps(a8, b, c);
+    a9 = _mm512_dpbf16_ps(a9, b, c), a10 = _mm512_dpbf16_ps(a10, b, c), a11 = _mm512_dpbf16_ps(a11, b, c);
+    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
+    __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  return (double)_mm512_reduce_add_ps(s) * 0 + 12.0 * 16 * 2 * 2 * (double)iters;
+}
+
+/* Four independent 16x16 float32 accumulator tiles fed by two A and two B tiles of 16x32
+ * bfloat16: each TDPBF16PS is 16*16*32*2 FLOPs. */
+typedef struct __attribute__((packed)) {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg;
+
+__attribute__((target("amx-tile,amx-bf16"))) static double loop_amx(int64_t iters) {
+  amx_cfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  static __thread gj_bf16 tile[16 * 32] __attribute__((aligned(64)));
+  for (int i = 0; i < 16 * 32; i++) tile[i] = 0x3c00; /* 2^-7 */
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, tile, 64);
+  _tile_loadd(5, tile, 64);
+  _tile_loadd(6, tile, 64);
+  _tile_loadd(7, tile, 64);
+  for (int64_t i = 0; i < iters; i++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float out[16 * 16] __attribute__((aligned(64)));
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return (double)out[0] * 0 + 4.0 * 16 * 16 * 32 * 2 * (double)iters;
+}
+
+double gj_peak_flops(gj_precision prec, int nthreads, const char **how) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  double (*loop)(int64_t) = NULL;
+  const char *name = "none";
+  if (prec == GJ_PREC_F32) {
+    if (f.avx512) loop = loop_fma512, name = "AVX-512 FMA loop";
+    else if (f.avx2) loop = loop_fma256, name = "AVX2 FMA loop";
+  } else {
+    if (f.amx_bf16) loop = loop_amx, name = "AMX TDPBF16PS loop";
+    else if (f.avx512_bf16) loop = loop_dpbf16, name = "AVX512_BF16 VDPBF16PS loop";
+  }
+  if (how) *how = name;
+  if (!loop) return 0;
+  double total = 0;
+  /* calibrate to about 20 ms per thread */
+  int64_t iters = 1000;
+  for (;;) {
+    double t0 = gj_now();
+    loop(iters);
+    double dt = gj_now() - t0;
+    if (dt > 0.004 || iters > ((int64_t)1 << 40)) {
+      iters = (int64_t)(iters * 0.02 / (dt > 1e-9 ? dt : 1e-9)) + 1;
+      break;
+    }
+    iters *= 4;
+  }
+  /* The best per-thread rate over rounds, times the threads: a round in which the machine's
+   * other load takes a thread's core only lowers that round's figure. */
+  double best = 0;
+  for (int round = 0; round < 8; round++) {
+#pragma omp parallel num_threads(nthreads)
+    {
+      double t0 = gj_now();
+      double fl = loop(iters);
+      double r = fl / (gj_now() - t0);
+#pragma omp critical(gj_peak)
+      if (r > best) best = r;
+    }
+  }
+  total = best * nthreads;
+  return total;
+}
