@@ -179,6 +179,18 @@ START_TEST(test_gemm_backends) {
 }
 END_TEST
 
+/* ref [M, N] = sum over k of a[i*ar + k*ak] b[k*bk + j*bj], in double, of bf16 numbers. */
+static void ref_product(double *ref, const gj_bf16 *a, int64_t ar, int64_t ak, const gj_bf16 *b,
+                        int64_t bk, int64_t bj, int64_t M, int64_t N, int64_t K) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++)
+        s += (double)gj_bf16_to_f32(a[i * ar + k * ak]) * gj_bf16_to_f32(b[k * bk + j * bj]);
+      ref[i * N + j] = s;
+    }
+}
+
 /* The linear layer in bf16: forward and both gradients equal the double-precision products
  * of the bf16-rounded operands to float32 accumulation accuracy, with and without the
  * caller's bf16 copies; inside a parallel region too (the attention tiles' case). */
@@ -197,7 +209,6 @@ START_TEST(test_linear_bf16) {
   tu_fill(x, d, N * I, 1.0), tu_fill(W, d, O * I, 1.0), tu_fill(dy, d, N * O, 1.0);
   gj_bf16 *x16 = calloc(N * I, 2), *W16 = calloc(O * I, 2), *dy16 = calloc(N * O, 2);
   gj_bf16_round(x16, x, N * I), gj_bf16_round(W16, W, O * I), gj_bf16_round(dy16, dy, N * O);
-#define R16(p, i) ((double)gj_bf16_to_f32(p##16[i]))
   for (int pass = 0; pass < 3; pass++) {
     memset(dW, 0, O * I * sizeof(float));
     if (pass < 2) {
@@ -214,29 +225,13 @@ START_TEST(test_linear_bf16) {
         }
       }
     }
-    for (int64_t i = 0; i < N; i++)
-      for (int64_t o = 0; o < O; o++) {
-        double s = 0;
-        for (int64_t k = 0; k < I; k++) s += R16(x, i * I + k) * R16(W, o * I + k);
-        ref[i * O + o] = s;
-      }
+    ref_product(ref, x16, I, 1, W16, 1, I, N, O, I); /* y = x W^T */
     ck_assert_double_le(tu_rel(y, ref, N * O), 1e-6);
-    for (int64_t i = 0; i < N; i++)
-      for (int64_t k = 0; k < I; k++) {
-        double s = 0;
-        for (int64_t o = 0; o < O; o++) s += R16(dy, i * O + o) * R16(W, o * I + k);
-        ref[i * I + k] = s;
-      }
+    ref_product(ref, dy16, O, 1, W16, I, 1, N, I, O); /* dx = dy W */
     ck_assert_double_le(tu_rel(dx, ref, N * I), 1e-6);
-    for (int64_t o = 0; o < O; o++)
-      for (int64_t k = 0; k < I; k++) {
-        double s = 0;
-        for (int64_t i = 0; i < N; i++) s += R16(dy, i * O + o) * R16(x, i * I + k);
-        ref[o * I + k] = s;
-      }
+    ref_product(ref, dy16, 1, O, x16, I, 1, O, I, N); /* dW = dy^T x */
     ck_assert_double_le(tu_rel(dW, ref, O * I), 1e-6);
   }
-#undef R16
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
   gj_gemm_finalize();
   free(x), free(W), free(dy), free(y), free(dx), free(dW), free(d), free(ref);

@@ -1,4 +1,4 @@
-/* FLOP accounting (DESIGN.md §8) and the in-process sgemm ceiling. */
+/* FLOP accounting (DESIGN.md §8) and the GEMM rate gptj plan assumes. */
 #ifndef GJ_MODEL_FLOPS_H
 #define GJ_MODEL_FLOPS_H
 
@@ -9,11 +9,13 @@
 /* Training FLOPs per token: 6 N + 12 n_layer D T, N = all parameters but the embedding
  * (lm_head included). */
 double gj_flops_per_token(const gj_config *c, int64_t T);
-/* Best FLOP/s of cblas_sgemm (row-major, C[M,N] = A[M,K] B[N,K]^T) over a few repetitions
- * of at least min_seconds in all, at the current thread count. */
+/* Best FLOP/s of the GEMM door (row-major, C[M,N] = A[M,K] B[N,K]^T; float32 OpenBLAS unless
+ * gj_gemm_setup chose otherwise) over a few repetitions of at least min_seconds in all, at the
+ * current thread count. gptj plan's rate; train and bench measure the step's own products
+ * (gj_gemm_recorded_rate). */
 double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds);
 
-/* sgemm FLOP/s on the model's own forward GEMM shapes for N tokens on TP rank shards
+/* GEMM FLOP/s on the model's own forward GEMM shapes for N tokens on TP rank shards
  * (q, k, v, out_proj, fc_in, fc_out per layer and lm_head, each weighted by its FLOPs). */
 double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double seconds_per_shape);
 

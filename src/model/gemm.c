@@ -562,67 +562,28 @@ double gj_gemm_recorded_rate(double seconds_per_shape) {
 
 /* ---- hardware peak ---- */
 
-__attribute__((target("avx512f"))) static double loop_fma512(int64_t iters) {
-  __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  /* distinct values, and every chain opaque to the compiler, so that none is merged */
-  __m512 a0 = _mm512_set1_ps(1.0f), a1 = _mm512_set1_ps(1.1f), a2 = _mm512_set1_ps(1.2f), a3 = _mm512_set1_ps(1.3f),
-         a4 = _mm512_set1_ps(1.4f), a5 = _mm512_set1_ps(1.5f), a6 = _mm512_set1_ps(1.6f), a7 = _mm512_set1_ps(1.7f),
-         a8 = _mm512_set1_ps(1.8f), a9 = _mm512_set1_ps(1.9f), a10 = _mm512_set1_ps(2.0f), a11 = _mm512_set1_ps(2.1f);
-  for (int64_t i = 0; i < iters; i++) {
-    a0 = _mm512_fmadd_ps(a0, b, c), a1 = _mm512_fmadd_ps(a1, b, c), a2 = _mm512_fmadd_ps(a2, b, c);
-    a3 = _mm512_fmadd_ps(a3, b, c), a4 = _mm512_fmadd_ps(a4, b, c), a5 = _mm512_fmadd_ps(a5, b, c);
-    a6 = _mm512_fmadd_ps(a6, b, c), a7 = _mm512_fmadd_ps(a7, b, c), a8 = _mm512_fmadd_ps(a8, b, c);
-    a9 = _mm512_fmadd_ps(a9, b, c), a10 = _mm512_fmadd_ps(a10, b, c), a11 = _mm512_fmadd_ps(a11, b, c);
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-    __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+/* Twelve independent chains of one vector instruction OP (latency 4, two ports: eight would
+ * do), with distinct starting values and every chain opaque to the compiler so that none is
+ * merged or removed. Returns the FLOPs done. */
+#define PEAK_LOOP(name, isa, V, SET1, OP, flops_per_op, cons)                                  \
+  __attribute__((target(isa))) static double name(int64_t iters) {                             \
+    V a[12];                                                                                   \
+    _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) a[j] = SET1(1.0f + 0.1f * j);        \
+    for (int64_t i = 0; i < iters; i++) {                                                      \
+      _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) {                                  \
+        a[j] = OP(a[j]);                                                                       \
+        __asm__ volatile("" : "+" cons(a[j]));                                                 \
+      }                                                                                        \
+    }                                                                                          \
+    return 12.0 * (flops_per_op) * (double)iters;                                              \
   }
-  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  return (double)_mm512_reduce_add_ps(s) * 0 + 12.0 * 16 * 2 * (double)iters;
-}
-
-__attribute__((target("avx2,fma"))) static double loop_fma256(int64_t iters) {
-  __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  /* distinct values, and every chain opaque to the compiler, so that none is merged */
-  __m256 a0 = _mm256_set1_ps(1.0f), a1 = _mm256_set1_ps(1.1f), a2 = _mm256_set1_ps(1.2f), a3 = _mm256_set1_ps(1.3f),
-         a4 = _mm256_set1_ps(1.4f), a5 = _mm256_set1_ps(1.5f), a6 = _mm256_set1_ps(1.6f), a7 = _mm256_set1_ps(1.7f),
-         a8 = _mm256_set1_ps(1.8f), a9 = _mm256_set1_ps(1.9f), a10 = _mm256_set1_ps(2.0f), a11 = _mm256_set1_ps(2.1f);
-  for (int64_t i = 0; i < iters; i++) {
-    a0 = _mm256_fmadd_ps(a0, b, c), a1 = _mm256_fmadd_ps(a1, b, c), a2 = _mm256_fmadd_ps(a2, b, c);
-    a3 = _mm256_fmadd_ps(a3, b, c), a4 = _mm256_fmadd_ps(a4, b, c), a5 = _mm256_fmadd_ps(a5, b, c);
-    a6 = _mm256_fmadd_ps(a6, b, c), a7 = _mm256_fmadd_ps(a7, b, c), a8 = _mm256_fmadd_ps(a8, b, c);
-    a9 = _mm256_fmadd_ps(a9, b, c), a10 = _mm256_fmadd_ps(a10, b, c), a11 = _mm256_fmadd_ps(a11, b, c);
-    __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
-    __asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  return (double)out[0] * 0 + 12.0 * 8 * 2 * (double)iters;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static double loop_dpbf16(int64_t iters) {
-  __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80), c = b;
-  __m512 a0 = _mm512_set1_ps(1.0f), a1 = _mm512_set1_ps(1.1f), a2 = _mm512_set1_ps(1.2f),
-         a3 = _mm512_set1_ps(1.3f), a4 = _mm512_set1_ps(1.4f), a5 = _mm512_set1_ps(1.5f),
-         a6 = _mm512_set1_ps(1.6f), a7 = _mm512_set1_ps(1.7f), a8 = _mm512_set1_ps(1.8f),
-         a9 = _mm512_set1_ps(1.9f), a10 = _mm512_set1_ps(2.0f), a11 = _mm512_set1_ps(2.1f);
-  for (int64_t i = 0; i < iters; i++) {
-    a0 = _mm512_dpbf16_ps(a0, b, c), a1 = _mm512_dpbf16_ps(a1, b, c), a2 = _mm512_dpbf16_ps(a2, b, c);
-    a3 = _mm512_dpbf16_ps(a3, b, c), a4 = _mm512_dpbf16_ps(a4, b, c), a5 = _mm512_dpbf16_ps(a5, b, c);
-    a6 = _mm512_dpbf16_ps(a6, b, c), a7 = _mm512_dpbf16_ps(a7, b, c), a8 = _mm512_dpbf16_ps(a8, b, c);
-    a9 = _mm512_dpbf16_ps(a9, b, c), a10 = _mm512_dpbf16_ps(a10, b, c), a11 = _mm512_dpbf16_ps(a11, b, c);
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-    __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-  }
-  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  return (double)_mm512_reduce_add_ps(s) * 0 + 12.0 * 16 * 2 * 2 * (double)iters;
-}
+#define FMA512(x) _mm512_fmadd_ps((x), _mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-7f))
+#define FMA256(x) _mm256_fmadd_ps((x), _mm256_set1_ps(0.999999f), _mm256_set1_ps(1e-7f))
+#define DPBF16(x) _mm512_dpbf16_ps((x), (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3f80))
+PEAK_LOOP(loop_fma512, "avx512f", __m512, _mm512_set1_ps, FMA512, 16 * 2, "v")
+PEAK_LOOP(loop_fma256, "avx2,fma", __m256, _mm256_set1_ps, FMA256, 8 * 2, "x")
+/* VDPBF16PS: 16 lanes, each two products added */
+PEAK_LOOP(loop_dpbf16, "avx512f,avx512bf16", __m512, _mm512_set1_ps, DPBF16, 16 * 2 * 2, "v")
 
 /* Four independent 16x16 float32 accumulator tiles fed by two A and two B tiles of 16x32
  * bfloat16: each TDPBF16PS is 16*16*32*2 FLOPs. */
