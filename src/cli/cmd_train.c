@@ -347,9 +347,14 @@ int gj_cmd_train(int argc, char **argv) {
     meta.tokens_seen += G * T;
     meta.loader = loader.st;
     double now = gj_now(), dt = now - t0;
-    if (step == first + 1) {
-      gemm_flops = gj_gemm_recorded_flops();
-      gemm_rate = gj_gemm_recorded_rate(0.05);
+    /* The ceilings again after 10, 100, 1000... steps, keeping the best: another job on the
+     * same cores can only make a measurement low, which would inflate MFU and efficiency. */
+    int64_t done = step - first;
+    while (done % 10 == 0 && done > 1) done /= 10;
+    if (done == 1) {
+      if (step == first + 1) gemm_flops = gj_gemm_recorded_flops();
+      gemm_rate = GJ_MAX(gemm_rate, gj_gemm_recorded_rate(0.05));
+      if (step > first + 1) peak = GJ_MAX(peak, gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), NULL));
       double probe = gj_now() - now; /* not training time */
       t_start += probe, t_last += probe, now += probe;
     }
