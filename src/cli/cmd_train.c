@@ -216,7 +216,7 @@ int gj_cmd_train(int argc, char **argv) {
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)o.zero, (int)o.recompute, 1, B, T,
                         omp_get_max_threads()));
-  double need = (double)ms.params + ms.grads + ms.moments + ms.acts;
+  double need = (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16;
   MPI_Comm node;
   int local = 1;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -229,9 +229,9 @@ int gj_cmd_train(int argc, char **argv) {
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
   rc = avail > 0 && need > avail
            ? GJ_FAIL("the model needs %.2f GB per rank (parameters %.2f, gradients %.2f, AdamW %.2f, "
-                     "activations %.2f) but %.2f GB are available per rank (%d on this node): use "
+                     "activations %.2f, bf16 weight copies %.2f) but %.2f GB are available per rank (%d on this node): use "
                      "more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
-                     need / 1e9, ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9,
+                     need / 1e9, ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9, ms.w16 / 1e9,
                      avail / 1e9, local)
            : 0;
   if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("the model does not fit on another rank");
@@ -278,8 +278,8 @@ int gj_cmd_train(int argc, char **argv) {
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
           (long long)gj_config_n_params(&c), (long long)c.n_layer, (long long)c.n_embd,
           (long long)c.n_head, (long long)c.n_inner, (long long)c.vocab_size, g.dp_size, g.tp_size);
-  gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB",
-          m.arena_bytes / 1e6, m.act_bytes / 1e6);
+  gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB, bf16 weight copies %.1f MB",
+          m.arena_bytes / 1e6, m.act_bytes / 1e6, ms.w16 / 1e6);
   gj_info("data: %s, %llu tokens, %llu windows of %lld; global batch %lld sequences = %lld tokens",
           o.data, (unsigned long long)train.n_tokens, (unsigned long long)loader.n_windows,
           (long long)T + 1, (long long)G, (long long)(G * T));

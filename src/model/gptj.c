@@ -104,6 +104,10 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
   size_t np, P;
   param_sizes(l.numel, dp, zero, &np, &P);
+  s->w16 = 0;
+  if (gj_gemm_precision() == GJ_PREC_BF16) /* the tensors gj_model_sync_w16 rounds */
+    for (int i = 0; i < l.n; i++)
+      if (l.t[i].ndim == 2 && strcmp(l.t[i].name, "transformer.wte.weight")) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
   s->params = s->grads = np * sizeof(float);
   s->moments = 2 * P * sizeof(float);

@@ -97,6 +97,7 @@ void gj_model_free(gj_model *m);
  * gj_model_create: arena_bytes = params + grads + moments, act_bytes = acts). */
 typedef struct {
   size_t params, grads, moments, acts;
+  size_t w16; /* bf16 precision: the bfloat16 copies of the GEMM weights (resident bytes) */
 } gj_mem_sizes;
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
                    int recompute, int training, int64_t B, int64_t T, int nthreads);
