@@ -34,6 +34,12 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
   return dst;
 }
 
+/* The tensors with bf16 copies: the GEMM weights, every 2-D tensor but the embedding (a
+ * lookup table). */
+static int has_w16(const gj_tensor *t) {
+  return t->ndim == 2 && strcmp(t->name, "transformer.wte.weight") != 0;
+}
+
 /* Allocate with huge pages advised and touch every page once, so the step loop never pays
  * first-touch faults (DESIGN.md §12). */
 static void *arena_alloc(size_t bytes) {
@@ -105,9 +111,9 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   size_t np, P;
   param_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
-  if (gj_gemm_precision() == GJ_PREC_BF16) /* the tensors gj_model_sync_w16 rounds */
+  if (gj_gemm_precision() == GJ_PREC_BF16)
     for (int i = 0; i < l.n; i++)
-      if (l.t[i].ndim == 2 && strcmp(l.t[i].name, "transformer.wte.weight")) s->w16 += l.t[i].numel * sizeof(gj_bf16);
+      if (has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
   s->params = s->grads = np * sizeof(float);
   s->moments = 2 * P * sizeof(float);
@@ -190,12 +196,7 @@ void gj_model_sync_w16(gj_model *m) {
   if (!m->w16 || !m->w16_stale) return;
   for (int i = 0; i < m->lay.n; i++) {
     const gj_tensor *t = &m->lay.t[i];
-    if (t->ndim != 2 || !strcmp(t->name, "transformer.wte.weight")) continue;
-    const float *src = m->params + t->offset;
-    gj_bf16 *dst = m->w16 + t->offset;
-#pragma omp parallel for schedule(static)
-    for (size_t j = 0; j < t->numel; j += 4096)
-      gj_bf16_round(dst + j, src + j, GJ_MIN((size_t)4096, t->numel - j));
+    if (has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
   }
   m->w16_stale = 0;
 }
