@@ -46,6 +46,36 @@ double gj_now(void); /* monotonic seconds */
 double gj_mem_total_bytes(void);
 double gj_mem_available_bytes(void);
 
+/* Longest path gptj handles (PATH_MAX), and buffers for a path plus a suffix. A path that
+ * does not fit is refused with gj_path_join's error, never truncated. */
+#define GJ_PATH_MAX 4096
+#define GJ_PATH_BUF (GJ_PATH_MAX + 64)
+/* out = a "/" b (b alone if a is NULL); -1 with an error naming the path if it is longer
+ * than GJ_PATH_MAX. */
+int gj_path_join(char *out, size_t n, const char *a, const char *b);
+
+/* Sizes: n = a * b (and n = a + b) for sizes read from files or flags; -1 on overflow. */
+int gj_mul_size(size_t *n, size_t a, size_t b);
+int gj_add_size(size_t *n, size_t a, size_t b);
+
+/* Signals. gj_signals_install is the first thing main does. In the default mode SIGINT,
+ * SIGTERM, SIGHUP and SIGUSR1 remove the registered temporary files and end the process by
+ * the signal. In graceful mode (gptj train) they only record a stop request, read with
+ * gj_stop_signal(), and the program stops at its next stop point; a second SIGINT or SIGTERM
+ * removes the temporaries and ends the process at once. */
+void gj_signals_install(int graceful);
+int gj_stop_signal(void); /* the first stop signal received, 0 if none */
+/* Return code of a command stopped cleanly by a signal before it did anything (main exits 0
+ * with the recorded message). */
+#define GJ_STOPPED (-2)
+/* Temporary files to remove if a signal ends the process (up to 16 at once). */
+void gj_tmp_register(const char *path);
+void gj_tmp_unregister(const char *path);
+
+/* The world's size, for checks that depend on it (gj_log_set_world; 1 by default). */
+void gj_log_set_world(int rank, int size);
+int gj_log_world(void);
+
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
 

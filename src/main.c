@@ -26,6 +26,9 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  /* first: a stop signal from here on is handled (train stops cleanly at its next stop point;
+   * other commands remove their temporary files and end) */
+  gj_signals_install(argc > 1 && !strcmp(argv[1], "train"));
   gj_blas_select_kernel(argv);
   /* files are closed by the code that opened them; a checkpoint whose write failed is
    * deliberately left open (see gj_ckpt_save), so no close at exit */
@@ -51,12 +54,17 @@ int main(int argc, char **argv) {
   }
   int needs_mpi = cmd->mpi;
   if (needs_mpi) MPI_Init(&argc, &argv);
-  int rank = 0;
-  if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  gj_log_set_rank(rank);
+  int rank = 0, size = 1;
+  if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &size);
+  gj_log_set_world(rank, size);
   int rc = cmd->run(argc - 1, argv + 1);
-  if (rc < 0) {
-    /* Commands agree on failure across ranks before returning; print once. */
+  if (rc == GJ_STOPPED) {
+    /* a stop signal before the command changed anything: a clean exit */
+    if (rank == 0) printf("gptj %s: %s\n", cmd->name, gj_errmsg()), fflush(stdout);
+    rc = 0;
+  } else if (rc < 0) {
+    /* Commands agree on failure across ranks before returning (gj_agree gives every rank the
+     * first failing rank's message); print once. */
     if (rank == 0) fprintf(stderr, "gptj %s: error: %s\n", cmd->name, gj_errmsg());
     if (getenv("GJ_DEBUG")) fprintf(stderr, "  (at %s)\n", gj_errwhere());
     rc = 1;

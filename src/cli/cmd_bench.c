@@ -53,14 +53,14 @@ int gj_cmd_bench(int argc, char **argv) {
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
   gj_grid g;
   rc = gj_grid_init(&g, (int)tp);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_log_set_rank(g.rank);
   GJ_TRY(gj_cli_gemm_setup(gemm, prec, g.world));
   const char *peak_how;
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how);
   gj_model m;
   rc = gj_model_create(&m, &c, &g, B, T, (int)zero, (int)recompute, 1);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_params_init(&m.lay, &c, m.params, 1);
   gj_dp_sync dp;
   GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
@@ -102,7 +102,7 @@ int gj_cmd_bench(int argc, char **argv) {
       prof[GJ_PROF_N + 1] += (t2 - t1) / steps; /* optimizer (norm, AdamW, ZeRO gather) */
     }
   }
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("bench failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   qsort(st, steps, sizeof(double), cmp_double);
   double step = st[steps / 2];
   double tokens = (double)N * g.dp_size, tps = tokens / step;

@@ -25,15 +25,15 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
   gj_config c;
   if (!rc) rc = gj_grid_init(g, (int)tp);
   if (!rc) gj_log_set_rank(g->rank);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   GJ_TRY(gj_cli_gemm_setup(gemm, prec, MPI_COMM_WORLD));
   if (!rc) rc = gj_ckpt_read_config(ckpt, &c);
   if (!rc && *T == 0) *T = c.n_positions;
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   rc = gj_model_create(m, &c, g, B, *T, 0, 0, 0);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_ckpt_meta meta;
   return gj_ckpt_load(ckpt, m, &meta, 0);
 }
@@ -69,7 +69,7 @@ int gj_cmd_eval(int argc, char **argv) {
   if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
   gj_dataset ds;
   rc = gj_dataset_read(&ds, data, m.c.vocab_size);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("reading %s failed on another rank", data);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   double t0 = gj_now(), nll;
   int64_t cnt;
   GJ_TRY(gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt));
@@ -170,7 +170,7 @@ int gj_cmd_generate(int argc, char **argv) {
     }
   }
   if (!rc && ids.n == 0) rc = GJ_FAIL("--prompt: empty prompt");
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_grid g;
   gj_model m;
   int64_t T = 0;

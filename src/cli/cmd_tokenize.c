@@ -42,9 +42,9 @@ static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *id
       last = now;
     }
   }
-  if (gj_agree(MPI_COMM_WORLD, rc)) {
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) {
     free(ids.v), free(lens);
-    return rc ? rc : GJ_FAIL("tokenize failed on another rank");
+    return rc;
   }
   /* Gather in rank order: sizes first, then the data in pieces below INT_MAX. */
   uint64_t mine_n[2] = {ids.n, hi - lo}, *all = NULL;
@@ -95,8 +95,7 @@ static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *id
               (unsigned long long)ntok, (unsigned long long)nbytes, ntok ? (double)nbytes / ntok : 0.0);
   }
   free(tok), free(offs), free(all), free(ids.v), free(lens);
-  int bad = gj_agree(MPI_COMM_WORLD, rc);
-  return rc ? rc : (bad ? -1 : 0);
+  return gj_agree(MPI_COMM_WORLD, rc);
 }
 
 int gj_cmd_tokenize(int argc, char **argv) {
@@ -130,10 +129,10 @@ int gj_cmd_tokenize(int argc, char **argv) {
   gj_docs docs = {0};
   for (int i = 0; i < nin && !rc; i++) rc = gj_docs_read(&docs, inputs[i]);
   if (!rc && docs.ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
-  if (gj_agree(MPI_COMM_WORLD, rc)) {
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) {
     gj_tokenizer_free(t);
     gj_docs_free(&docs);
-    return -1;
+    return rc;
   }
   char source[2048] = "";
   for (int i = 0; i < nin; i++) {
@@ -143,7 +142,8 @@ int gj_cmd_tokenize(int argc, char **argv) {
   }
   uint64_t *tr = malloc(docs.ndocs * sizeof(uint64_t)), *va = malloc(docs.ndocs * sizeof(uint64_t));
   size_t ntr = 0, nva = 0;
-  for (size_t i = 0; i < docs.ndocs; i++) {
+  if (!tr || !va) rc = GJ_FAIL("out of memory for %zu documents", docs.ndocs);
+  for (size_t i = 0; i < docs.ndocs && !rc; i++) {
     /* every 1/f-th document: exactly round(n f) of them, spread evenly */
     int is_valid = frac > 0 && (uint64_t)((i + 1) * frac) > (uint64_t)(i * frac);
     if (is_valid) va[nva++] = i;

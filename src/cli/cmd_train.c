@@ -28,9 +28,6 @@
 #include "parallel/dp.h"
 #include "parallel/grid.h"
 
-static volatile sig_atomic_t stop_signal = 0;
-static void on_signal(int sig) { stop_signal = sig; }
-
 typedef struct {
   const char *data, *valid_data, *run_dir, *resume, *gemm, *precision;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
@@ -170,7 +167,7 @@ static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
     rc = gj_ckpt_set_latest(o->run_dir, path);
     if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep);
   }
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("checkpoint bookkeeping failed");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_info("saved %s (%.2f s)", path, secs);
   return 0;
 }
@@ -197,14 +194,14 @@ int gj_cmd_train(int argc, char **argv) {
 
   gj_grid g;
   rc = gj_grid_init(&g, (int)o.tp);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("grid setup failed");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_log_set_rank(g.rank);
   GJ_TRY(gj_cli_gemm_setup(o.gemm, o.precision, g.world));
 
   gj_dataset train = {0}, valid = {0};
   rc = gj_dataset_read(&train, o.data, c.vocab_size);
   if (!rc && o.valid_data) rc = gj_dataset_read(&valid, o.valid_data, c.vocab_size);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("reading the datasets failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_loader loader;
   GJ_TRY(gj_loader_init(&loader, &train, o.seq_len, (uint64_t)o.seed, 1));
   const int64_t B = o.micro_batch, A = o.grad_accum, T = o.seq_len, G = B * A * g.dp_size;
@@ -234,10 +231,10 @@ int gj_cmd_train(int argc, char **argv) {
                      need / 1e9, ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9, ms.w16 / 1e9,
                      avail / 1e9, local)
            : 0;
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("the model does not fit on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_model m;
   rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute, 1);
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("model setup failed on another rank");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
   if (g.rank == 0) mkdirs(o.run_dir);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -255,14 +252,14 @@ int gj_cmd_train(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/config.conf", o.run_dir);
     rc = write_config(path, &c, table);
   }
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("%s: cannot write the run's config", o.run_dir);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   FILE *metrics = NULL;
   if (g.rank == 0) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", o.run_dir);
     metrics = fopen(path, resumed ? "a" : "w");
     if (!metrics) rc = GJ_FAIL("%s: %s", path, strerror(errno));
   }
-  if (gj_agree(MPI_COMM_WORLD, rc)) return rc ? rc : GJ_FAIL("cannot open metrics.jsonl");
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
 
   gj_dp_sync dp;
   GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
@@ -284,8 +281,6 @@ int gj_cmd_train(int argc, char **argv) {
           o.data, (unsigned long long)train.n_tokens, (unsigned long long)loader.n_windows,
           (long long)T + 1, (long long)G, (long long)(G * T));
 
-  signal(SIGUSR1, on_signal);
-  signal(SIGTERM, on_signal);
   int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
   uint64_t *win = malloc(G * sizeof(uint64_t));
   double t_start = gj_now(), t_last = t_start, step_time_ema = 0;
@@ -397,7 +392,7 @@ int gj_cmd_train(int argc, char **argv) {
                 (long long)step, nll / cnt, exp(nll / cnt), (long long)cnt), fflush(metrics);
     }
     /* Stop requests: a signal on any rank, or the wall-clock budget (rank 0's clock). */
-    int want[2] = {stop_signal != 0, 0};
+    int want[2] = {gj_stop_signal() != 0, 0};
     if (g.rank == 0 && o.max_time > 0 && now - t_start + 2 * step_time_ema > o.max_time) want[1] = 1;
     MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     int last = step == o.steps || want[0] || want[1];
@@ -417,7 +412,7 @@ int gj_cmd_train(int argc, char **argv) {
   gj_dataset_free(&train);
   gj_dataset_free(&valid);
   gj_model_free(&m);
-  int any = gj_agree(MPI_COMM_WORLD, rc);
+  rc = gj_agree(MPI_COMM_WORLD, rc);
   gj_grid_free(&g);
-  return rc ? rc : (any ? GJ_FAIL("training failed on another rank") : 0);
+  return rc;
 }

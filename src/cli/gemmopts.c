@@ -11,14 +11,14 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, MPI_Comm world) {
   if (gj_precision_parse(precision, &p))
     return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", precision);
   int rc = gj_gemm_setup(b, p);
-  if (gj_agree(world, rc)) return rc ? rc : GJ_FAIL("--precision %s: not available on another rank", precision);
+  if ((rc = gj_agree(world, rc))) return rc;
   int same;
   GJ_TRY(gj_same_int(world, (int)gj_gemm_backend_in_use(), &same));
   if (!same) {
     /* ranks on different CPUs chose differently: oneDNN runs everywhere */
     gj_warn("ranks chose different GEMM backends; all use oneDNN");
     rc = gj_gemm_setup(GJ_GEMM_ONEDNN, p);
-    if (gj_agree(world, rc)) return rc ? rc : GJ_FAIL("--gemm onednn failed on another rank");
+    if ((rc = gj_agree(world, rc))) return rc;
   }
   gj_cpu_features f;
   gj_cpu_detect(&f);

@@ -447,14 +447,14 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
                      "checkpoint is kept", dir, avail / 1e6, need / 1e6);
     }
   }
-  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: not enough disk space", path);
+  if ((rc = gj_agree(g->world, rc))) return rc;
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, g->world, MPI_INFO_NULL);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (f < 0) rc = GJ_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
-  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: cannot create checkpoint", tmp);
+  if ((rc = gj_agree(g->world, rc))) return rc;
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   /* Uncompressed, each rank's share is one contiguous run of the file: it writes it itself
@@ -497,7 +497,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   if (go >= 0) H5Gclose(go);
   if (gl >= 0) H5Gclose(gl);
   if (rc) rc = GJ_FAIL("%s: cannot write attributes (disk full?)", tmp);
-  if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: cannot write attributes on another rank", tmp);
+  rc = gj_agree(g->world, rc);
   char p[512];
   float *blocks[3] = {m->params, m->m, m->v};
   int wfd = open(tmp, O_WRONLY); /* for writeback hints only */
@@ -511,7 +511,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
         rc = write_tensor(f, wfd, p, g, t, blocks[b] + t->offset - (b ? m->zero_lo : 0), compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next
        * collective call, or the others would wait in it for ever. */
-      if (gj_agree(g->world, rc) && !rc) rc = GJ_FAIL("%s: write failed on another rank (disk full?)", tmp);
+      rc = gj_agree(g->world, rc);
     }
   if (wfd >= 0) close(wfd);
   H5Pclose(dxpl);
@@ -535,9 +535,9 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) fsync(dfd), close(dfd);
   }
-  if (gj_agree(g->world, rc)) {
+  if ((rc = gj_agree(g->world, rc))) {
     if (g->rank == 0) unlink(tmp);
-    return rc ? rc : GJ_FAIL("%s: checkpoint write failed on another rank", path);
+    return rc;
   }
   return 0;
 }
@@ -576,15 +576,15 @@ static int open_checked(const char *path, hid_t *f, MPI_Comm comm) {
     if (!rc) rc = gj_h5_open_read(path, f);
     return rc;
   }
-  if (gj_agree(comm, rc)) return rc ? rc : GJ_FAIL("%s: unreadable on another rank", path);
+  if ((rc = gj_agree(comm, rc))) return rc;
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   *f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   rc = *f < 0 ? GJ_FAIL("%s: cannot open (truncated or corrupted?)", path) : 0;
-  if (gj_agree(comm, rc)) {
+  if ((rc = gj_agree(comm, rc))) {
     if (*f >= 0) H5Fclose(*f);
-    return rc ? rc : GJ_FAIL("%s: cannot open on another rank", path);
+    return rc;
   }
   return 0;
 }
@@ -628,17 +628,17 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     int64_t unit = 1;
     snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
     if (!rc) rc = read_share(f, path, p, g, t, local, &want, &unit);
-    if (!gj_agree(g->world, rc)) {
+    if (!(rc = gj_agree(g->world, rc))) {
       rc = share_rows(g, t, local, unit);
       if (!rc) rc = tensor_crc(g, t, local, &got);
       if (!rc && got != want)
         rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
     }
-    if (gj_agree(g->world, rc)) {
+    if ((rc = gj_agree(g->world, rc))) {
       H5Fclose(f);
       if (fd >= 0) close(fd);
       free(stage);
-      return rc ? rc : GJ_FAIL("%s: %s unreadable on another rank", path, p);
+      return rc;
     }
     if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
   }
@@ -665,7 +665,7 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     if (gl >= 0) H5Gclose(gl);
   }
   H5Fclose(f);
-  if (gj_agree(g->world, rc)) return rc ? rc : GJ_FAIL("%s: load failed on another rank", path);
+  if ((rc = gj_agree(g->world, rc))) return rc;
   return 0;
 }
 

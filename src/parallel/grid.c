@@ -1,6 +1,7 @@
 #include "parallel/grid.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,9 +118,36 @@ int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, 
 }
 
 int gj_agree(MPI_Comm comm, int rc) {
-  int any = rc != 0, all = 0;
-  MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, comm);
-  return all;
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return rc;
+  /* the lowest failing rank of comm, if any, in one reduction */
+  int me, first = INT_MAX;
+  MPI_Comm_rank(comm, &me);
+  int mine = rc ? me : INT_MAX;
+  if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
+    if (!rc) GJ_FAIL("MPI error agreeing on a failure");
+    return rc ? rc : -1;
+  }
+  if (first == INT_MAX) return 0;
+  /* its code, world rank and message, to every rank */
+  struct { int rc, world; char msg[GJ_ERRMSG_MAX]; } e;
+  if (me == first) {
+    e.rc = rc < 0 ? rc : -1, e.world = gj_log_rank();
+    snprintf(e.msg, sizeof e.msg, "%s", gj_errmsg());
+  }
+  if (MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, comm) != MPI_SUCCESS) {
+    if (!rc) GJ_FAIL("MPI error agreeing on a failure");
+    return rc ? rc : -1;
+  }
+  e.msg[sizeof e.msg - 1] = 0;
+  if (me != first || e.world != 0) {
+    const char *m = e.msg;
+    /* a message that already names its rank keeps the name */
+    if (e.world != 0 && strncmp(m, "rank ", 5)) GJ_FAIL("rank %d: %s", e.world, m);
+    else GJ_FAIL("%s", m);
+  }
+  return e.rc;
 }
 
 int gj_same_int(MPI_Comm comm, int v, int *same) {

@@ -33,7 +33,10 @@ int gj_allreduce_sum_f64(MPI_Comm comm, double *buf, size_t n);
 int gj_tp_gather_rows(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
 int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
 
-/* All ranks agree: returns nonzero on every rank if rc was nonzero on any. */
+/* All ranks agree on a failure: returns 0 on every rank if rc was 0 on every rank, else, on
+ * every rank, the code of the lowest failing rank (negative), whose message every rank then
+ * holds, prefixed "rank K: " when K is not world rank 0. Callers: if ((rc = gj_agree(c, rc)))
+ * return rc; */
 int gj_agree(MPI_Comm comm, int rc);
 
 /* *same = 1 on every rank if every rank passed the same v. */
