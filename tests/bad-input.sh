@@ -41,6 +41,10 @@ with h5py.File(w + "/short.h5", "w") as f:   # fewer tokens than one window
         f.attrs[k] = np.int64(v)
 PY
 mkdir -p "$w/vocab" && echo '{"a": 0,' > "$w/vocab/encoder.json" && cp "$top/data/gpt2/vocab.bpe" "$w/vocab/"
+# fixtures of the reliability classes (issue 15)
+# -- fixtures: sizes and types read from files
+# -- fixtures: outputs and inputs
+# -- fixtures: run directory, signals, memory, paths, start-up checks
 
 # np | expected text in the error | command (after gptj)
 rows=(
@@ -98,6 +102,9 @@ rows=(
 "0|config.json|convert --from-hf $w/missing --out $w/x.h5"
 "0|--dtype: expected float32 or bfloat16|convert --to-hf $w/hfo --checkpoint $ck --dtype int8"
 "0|--tp 3 does not divide n_head 4|plan --tp 3"
+# -- rows: sizes and types read from files
+# -- rows: outputs and inputs
+# -- rows: run directory, signals, memory, paths, start-up checks
 )
 for row in "${rows[@]}"; do
   np=${row%%|*}; rest=${row#*|}; want=${rest%%|*}; cmd=${rest#*|}
