@@ -10,16 +10,19 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/evaluate.h"
 #include "cli/gemmopts.h"
+#include "cli/memcheck.h"
 #include "cli/modelopts.h"
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "io/rundir.h"
 #include "model/flops.h"
 #include "model/gemm.h"
 #include "model/gptj.h"
@@ -30,6 +33,7 @@
 
 typedef struct {
   const char *data, *valid_data, *run_dir, *resume, *gemm, *precision;
+  int overwrite;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
   int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
@@ -42,6 +46,7 @@ static gj_opt *train_table(train_opts *o) {
       {"valid-data", GJ_OPT_STR, &o->valid_data, "validation token dataset", 1, 0},
       {"run-dir", GJ_OPT_STR, &o->run_dir, "directory for config, metrics.jsonl and checkpoints", 1, 0},
       {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
+      {"overwrite", GJ_OPT_FLAG, &o->overwrite, "start over in a --run-dir that holds checkpoints (deletes them; with --resume PATH: those past its step)", 1, 0},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"precision", GJ_OPT_STR, &o->precision, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
@@ -77,14 +82,6 @@ static gj_opt *train_table(train_opts *o) {
   return t;
 }
 
-static void mkdirs(const char *dir) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') *p = 0, mkdir(buf, 0755), *p = '/';
-  mkdir(buf, 0755);
-}
-
 static double peak_rss_bytes(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -97,9 +94,13 @@ static void fmt_time(char *out, size_t n, double s) {
   else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* config.conf of the run: written under a temporary name, synced and renamed. */
 static int write_config(const char *path, const gj_config *c, const gj_opt *t) {
-  FILE *f = fopen(path, "w");
-  if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
+  char tmp[GJ_PATH_BUF + 32];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  gj_tmp_register(tmp);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return gj_tmp_unregister(tmp), GJ_FAIL("%s: %s", tmp, strerror(errno));
   fprintf(f, "# effective configuration of this run (gptj train --config %s)\n", path);
   fprintf(f, "vocab_size = %lld\nn_positions = %lld\nn_embd = %lld\nn_layer = %lld\nn_head = %lld\n"
           "rotary_dim = %lld\nn_inner = %lld\nlayer_norm_epsilon = %.17g\n",
@@ -117,8 +118,27 @@ static int write_config(const char *path, const gj_config *c, const gj_opt *t) {
     default: break;
     }
   }
-  if (fclose(f)) return GJ_FAIL("%s: write failed", path);
+  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path)) {
+    unlink(tmp), gj_tmp_unregister(tmp);
+    return GJ_FAIL("%s: write failed (disk full?)", path);
+  }
+  gj_tmp_unregister(tmp);
   return 0;
+}
+
+/* A stop point of the start-up: a stop signal on any rank ends the run here, cleanly, before
+ * it has written anything (main exits 0 with this message). */
+static int stop_point(const char *run_dir, const char *phase) {
+  int sig = gj_stop_signal();
+  if (MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS || !sig) return 0;
+  int64_t l = gj_rundir_latest(run_dir);
+  char latest[64] = "no checkpoint yet";
+  if (l >= 0) snprintf(latest, sizeof latest, "latest is still ckpt-%08lld.h5", (long long)l);
+  GJ_FAIL("stopped by %s while %s, before the first step: %s left as it was (%s)", gj_signal_name(sig),
+          phase, run_dir, latest);
+  return GJ_STOPPED;
 }
 
 /* Try the checkpoints of `resume` newest first; a damaged one is reported and skipped. */
@@ -133,22 +153,28 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
     *resumed = 1;
     return 0;
   }
-  char (*cands)[1024] = malloc(64 * sizeof *cands);
-  int n = gj_ckpt_candidates(run_dir, cands, 64);
   /* rank 0's view of the directory decides */
+  int64_t *steps = NULL;
+  int n = 0, rc = m->g->rank == 0 ? gj_ckpt_candidates(run_dir, &steps, &n) : 0;
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Bcast(cands, 64 * 1024, MPI_CHAR, 0, MPI_COMM_WORLD);
-  int rc = 0;
+  if (m->g->rank != 0) steps = malloc((n ? n : 1) * sizeof(int64_t));
+  if (!steps && n) return GJ_FAIL("out of memory");
+  if (n) MPI_Bcast(steps, n, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  char path[GJ_PATH_BUF];
   for (int i = 0; i < n; i++) {
-    rc = gj_ckpt_load(cands[i], m, meta, 1);
+    rc = gj_ckpt_path(path, sizeof path, run_dir, steps[i]);
+    if (!rc) rc = gj_ckpt_load(path, m, meta, 1);
     if (!rc) {
-      gj_info("resumed from %s at step %lld (loaded in %.2f s)", cands[i], (long long)meta->step, gj_now() - t0);
+      gj_info("resumed from %s at step %lld (loaded in %.2f s)", path, (long long)meta->step, gj_now() - t0);
       *resumed = 1;
       break;
     }
-    if (m->g->rank == 0) gj_warn("cannot resume from %s: %s; trying an older checkpoint", cands[i], gj_errmsg());
+    if (rc == GJ_STOPPED) break;
+    if (m->g->rank == 0) gj_warn("cannot resume from %s: %s; trying an older checkpoint", path, gj_errmsg());
   }
-  free(cands);
+  free(steps);
+  if (rc == GJ_STOPPED) return rc;
   if (n > 0 && !*resumed)
     return GJ_FAIL("%s: no usable checkpoint (all %d damaged); refusing to start over in a run "
                    "directory that has checkpoints", run_dir, n);
@@ -157,18 +183,82 @@ static int do_resume(gj_model *m, const char *resume, const char *run_dir, gj_ck
 }
 
 static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
-  char path[1024];
-  gj_ckpt_path(path, sizeof path, o->run_dir, meta->step);
+  char path[GJ_PATH_BUF];
+  GJ_TRY(gj_ckpt_path(path, sizeof path, o->run_dir, meta->step));
   double t0 = gj_now();
   GJ_TRY(gj_ckpt_save(path, m, meta, (int)o->compress));
   double secs = gj_now() - t0; /* written, synced and renamed: complete */
   int rc = 0;
   if (m->g->rank == 0) {
     rc = gj_ckpt_set_latest(o->run_dir, path);
-    if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep);
+    if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep, meta->step);
   }
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_info("saved %s (%.2f s)", path, secs);
+  return 0;
+}
+
+/* Rank 0: create and lock the run directory, and refuse a fresh start in one that holds a
+ * run unless --overwrite says so (agreed). */
+static int claim_run_dir(const train_opts *o, int rank) {
+  int rc = 0;
+  if (rank == 0) {
+    rc = gj_rundir_create(o->run_dir);
+    if (!rc) rc = gj_rundir_lock(o->run_dir);
+    if (!rc && !strcmp(o->resume, "none") && !o->overwrite) {
+      int64_t *steps = NULL;
+      int n = 0;
+      rc = gj_rundir_steps(o->run_dir, &steps, &n);
+      int64_t l = gj_rundir_latest(o->run_dir);
+      if (!rc && (n > 0 || l >= 0))
+        rc = GJ_FAIL("--run-dir %s holds a run (checkpoints up to step %lld): continue it with --resume "
+                     "auto, or start over with --overwrite (which deletes its checkpoints)",
+                     o->run_dir, (long long)(n > 0 ? steps[0] : l));
+      free(steps);
+    }
+  }
+  return gj_agree(MPI_COMM_WORLD, rc);
+}
+
+/* Rank 0, after the resume: checkpoints past the step resumed from belong to an abandoned
+ * future of the run (a restart from an older checkpoint): refuse unless --overwrite; and a
+ * checkpoint must fit on the disk. */
+static int check_run_dir(const train_opts *o, int resumed, int64_t step, double n_params) {
+  int64_t *steps = NULL;
+  int n = 0;
+  GJ_TRY(gj_rundir_steps(o->run_dir, &steps, &n));
+  int explicit = resumed && strcmp(o->resume, "auto");
+  int64_t newest = n > 0 ? steps[0] : -1;
+  free(steps);
+  if (explicit && newest > step && !o->overwrite)
+    return GJ_FAIL("--run-dir %s has checkpoints past step %lld of --resume %s (up to step %lld): "
+                   "--overwrite deletes them, or use another --run-dir", o->run_dir, (long long)step,
+                   o->resume, (long long)newest);
+  struct statvfs vfs;
+  double ckpt = 3.0 * n_params * sizeof(float) + (4 << 20);
+  if (!statvfs(o->run_dir, &vfs) && (double)vfs.f_bavail * vfs.f_frsize < ckpt)
+    return GJ_FAIL("--run-dir %s: %.0f MB free, a checkpoint of this model needs %.0f MB", o->run_dir,
+                   (double)vfs.f_bavail * vfs.f_frsize / 1e6, ckpt / 1e6);
+  return 0;
+}
+
+/* Rank 0, the last step of the start-up: the --overwrite deletions, config.conf, and
+ * metrics.jsonl (a resumed run continues it from the step resumed, without duplicates). */
+static int open_run_files(const train_opts *o, const gj_config *c, const gj_opt *table, int resumed,
+                          int64_t step, FILE **metrics) {
+  char path[GJ_PATH_BUF];
+  if (o->overwrite && strcmp(o->resume, "auto")) {
+    int deleted = 0;
+    GJ_TRY(gj_rundir_drop_after(o->run_dir, resumed ? step : -1, &deleted));
+    if (deleted) gj_info("--overwrite: deleted %d checkpoint(s) of %s past step %lld", deleted, o->run_dir,
+                         (long long)(resumed ? step : 0));
+  }
+  GJ_TRY(gj_path_join(path, sizeof path, o->run_dir, "config.conf"));
+  GJ_TRY(write_config(path, c, table));
+  GJ_TRY(gj_path_join(path, sizeof path, o->run_dir, "metrics.jsonl"));
+  if (resumed) GJ_TRY(gj_rundir_trim_metrics(path, step));
+  *metrics = fopen(path, resumed ? "a" : "w");
+  if (!*metrics) return GJ_FAIL("%s: %s", path, strerror(errno));
   return 0;
 }
 
@@ -197,68 +287,69 @@ int gj_cmd_train(int argc, char **argv) {
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_log_set_rank(g.rank);
   GJ_TRY(gj_cli_gemm_setup(o.gemm, o.precision, g.world));
+  GJ_TRY(stop_point(o.run_dir, "setting up"));
+  GJ_TRY(claim_run_dir(&o, g.rank));
+  GJ_TRY(stop_point(o.run_dir, "setting up"));
 
   gj_dataset train = {0}, valid = {0};
   rc = gj_dataset_read(&train, o.data, c.vocab_size);
   if (!rc && o.valid_data) rc = gj_dataset_read(&valid, o.valid_data, c.vocab_size);
+  if (!rc && o.valid_data && valid.n_tokens < (uint64_t)o.seq_len + 1)
+    rc = GJ_FAIL("--valid-data %s: %llu tokens, fewer than one window of seq_len + 1 = %lld", o.valid_data,
+                 (unsigned long long)valid.n_tokens, (long long)o.seq_len + 1);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  if (o.eval_every > 0 && !o.valid_data)
+    gj_info("note: --eval-every %lld without --valid-data: no validation runs", (long long)o.eval_every);
   gj_loader loader;
   GJ_TRY(gj_loader_init(&loader, &train, o.seq_len, (uint64_t)o.seed, 1));
   const int64_t B = o.micro_batch, A = o.grad_accum, T = o.seq_len, G = B * A * g.dp_size;
   if ((uint64_t)G > loader.n_windows)
     return GJ_FAIL("%s: global batch of %lld sequences exceeds the dataset's %llu windows of %lld tokens",
                    o.data, (long long)G, (unsigned long long)loader.n_windows, (long long)T + 1);
+  GJ_TRY(stop_point(o.run_dir, "reading the data"));
 
   /* Refuse, before allocating, a layout that will not fit (the arithmetic of gptj plan). */
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)o.zero, (int)o.recompute, 1, B, T,
                         omp_get_max_threads()));
   double need = (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16;
-  MPI_Comm node;
+  char detail[256];
+  snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f",
+           ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
   int local = 1;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  double avail = o.mem_gb > 0 ? o.mem_gb * 1e9 : gj_mem_available_bytes() / local;
+  GJ_TRY(gj_mem_check(MPI_COMM_WORLD, need, detail,
+                      "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
+                      o.mem_gb, &local));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (g.rank == 0 && cores > 0 && (long)local * omp_get_max_threads() > cores)
     gj_warn("%d ranks x %d threads on %ld cores of this node: oversubscribed, which is slow; "
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
-  rc = avail > 0 && need > avail
-           ? GJ_FAIL("the model needs %.2f GB per rank (parameters %.2f, gradients %.2f, AdamW %.2f, "
-                     "activations %.2f, bf16 weight copies %.2f) but %.2f GB are available per rank (%d on this node): use "
-                     "more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
-                     need / 1e9, ms.params / 1e9, ms.grads / 1e9, ms.moments / 1e9, ms.acts / 1e9, ms.w16 / 1e9,
-                     avail / 1e9, local)
-           : 0;
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_model m;
   rc = gj_model_create(&m, &c, &g, B, T, (int)o.zero, (int)o.recompute, 1);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_params_init(&m.lay, &c, m.params, (uint64_t)o.seed);
-  if (g.rank == 0) mkdirs(o.run_dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  GJ_TRY(stop_point(o.run_dir, "allocating the model"));
 
-  gj_ckpt_meta meta = {0};
+  /* the seed of the data order, also for a checkpoint that holds weights only */
+  gj_ckpt_meta meta = {.loader = {(uint64_t)o.seed, 0, 0}};
   int resumed;
-  GJ_TRY(do_resume(&m, o.resume, o.run_dir, &meta, &resumed));
+  rc = do_resume(&m, o.resume, o.run_dir, &meta, &resumed);
+  if (rc == GJ_STOPPED) return stop_point(o.run_dir, "resuming");
+  if (rc) return rc;
   if (resumed) GJ_TRY(gj_loader_restore(&loader, meta.loader));
+  GJ_TRY(stop_point(o.run_dir, "resuming"));
+  if (resumed && meta.step >= o.steps) { /* a finished run resumed again (a requeue): say so */
+    gj_info("the run is already at step %lld, %s --steps %lld: nothing to train (give a larger --steps "
+            "to continue it); %s is unchanged", (long long)meta.step, meta.step == o.steps ? "=" : "past",
+            (long long)o.steps, o.run_dir);
+    gj_model_free(&m), gj_loader_free(&loader), gj_dataset_free(&train), gj_dataset_free(&valid);
+    gj_grid_free(&g);
+    return 0;
+  }
   gj_adamw_hp hp = {o.lr, o.beta1, o.beta2, o.eps, o.wd, o.clip};
   gj_schedule sched = {o.lr, o.warmup, o.decay_steps, o.floor};
   meta.hp = hp, meta.sched = sched;
-
-  char path[1200];
-  if (g.rank == 0) {
-    snprintf(path, sizeof path, "%s/config.conf", o.run_dir);
-    rc = write_config(path, &c, table);
-  }
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
-  FILE *metrics = NULL;
-  if (g.rank == 0) {
-    snprintf(path, sizeof path, "%s/metrics.jsonl", o.run_dir);
-    metrics = fopen(path, resumed ? "a" : "w");
-    if (!metrics) rc = GJ_FAIL("%s: %s", path, strerror(errno));
-  }
+  rc = g.rank == 0 ? check_run_dir(&o, resumed, meta.step, (double)m.lay.n_global) : 0;
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
 
   gj_dp_sync dp;
@@ -281,6 +372,11 @@ int gj_cmd_train(int argc, char **argv) {
           o.data, (unsigned long long)train.n_tokens, (unsigned long long)loader.n_windows,
           (long long)T + 1, (long long)G, (long long)(G * T));
 
+  GJ_TRY(stop_point(o.run_dir, "measuring the peak"));
+  /* the run directory changes from here on: a stop signal is handled after the first step */
+  FILE *metrics = NULL;
+  rc = g.rank == 0 ? open_run_files(&o, &c, table, resumed, meta.step, &metrics) : 0;
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
   uint64_t *win = malloc(G * sizeof(uint64_t));
   double t_start = gj_now(), t_last = t_start, step_time_ema = 0;
@@ -392,9 +488,14 @@ int gj_cmd_train(int argc, char **argv) {
                 (long long)step, nll / cnt, exp(nll / cnt), (long long)cnt), fflush(metrics);
     }
     /* Stop requests: a signal on any rank, or the wall-clock budget (rank 0's clock). */
-    int want[2] = {gj_stop_signal() != 0, 0};
+    int want[3] = {gj_stop_signal() != 0, 0, gj_rundir_lock_lost()};
     if (g.rank == 0 && o.max_time > 0 && now - t_start + 2 * step_time_ema > o.max_time) want[1] = 1;
-    MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, want, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (want[2]) {
+      rc = GJ_FAIL("%s: another process has taken the run directory's lock: stopping at step %lld "
+                   "without saving", o.run_dir, (long long)step);
+      break;
+    }
     int last = step == o.steps || want[0] || want[1];
     if (last || (o.save_every > 0 && step % o.save_every == 0)) rc = save(&m, &o, &meta);
     if (!rc && (want[0] || want[1]) && step < o.steps) {

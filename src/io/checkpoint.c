@@ -627,6 +627,8 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     uint32_t want = 0, got = 0;
     int64_t unit = 1;
     snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
+    if (!rc && gj_stop_signal()) /* a stop request (gptj train) ends a long load early */
+      rc = (GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), path), GJ_STOPPED);
     if (!rc) rc = read_share(f, path, p, g, t, local, &want, &unit);
     if (!(rc = gj_agree(g->world, rc))) {
       rc = share_rows(g, t, local, unit);
@@ -678,82 +680,6 @@ int gj_ckpt_read_config(const char *path, gj_config *c) {
   H5Fclose(f);
   if (!rc && gj_config_validate(c)) rc = gj_err_prefix(path);
   return rc;
-}
-
-void gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
-  snprintf(out, n, "%s/ckpt-%08lld.h5", dir, (long long)step);
-}
-
-int gj_ckpt_set_latest(const char *dir, const char *path) {
-  char tmp[1100], fin[1100];
-  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
-  snprintf(fin, sizeof fin, "%s/latest", dir);
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  FILE *f = fopen(tmp, "w");
-  if (!f) return GJ_FAIL("%s: %s", tmp, strerror(errno));
-  int bad = fprintf(f, "%s\n", base) < 0;
-  bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-  bad |= fclose(f) != 0;
-  if (bad) return unlink(tmp), GJ_FAIL("%s: write failed (disk full?)", tmp);
-  if (rename(tmp, fin)) return GJ_FAIL("%s: %s", fin, strerror(errno));
-  return 0;
-}
-
-static int list_ckpts(const char *dir, int64_t *steps, int max) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < max) {
-    long long s;
-    char tail[8];
-    if (sscanf(e->d_name, "ckpt-%lld.h%2s", &s, tail) == 2 && !strcmp(tail, "5") &&
-        strlen(e->d_name) == 16)
-      steps[n++] = s;
-  }
-  closedir(d);
-  for (int i = 1; i < n; i++) /* newest first */
-    for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-      int64_t t = steps[j];
-      steps[j] = steps[j - 1], steps[j - 1] = t;
-    }
-  return n;
-}
-
-int gj_ckpt_candidates(const char *dir, char paths[][1024], int max) {
-  int n = 0;
-  char lp[1100], name[512];
-  snprintf(lp, sizeof lp, "%s/latest", dir);
-  FILE *f = fopen(lp, "r");
-  if (f) {
-    if (fgets(name, sizeof name, f)) {
-      name[strcspn(name, "\n")] = 0;
-      if (*name && !strchr(name, '/')) snprintf(paths[n++], 1024, "%s/%s", dir, name);
-    }
-    fclose(f);
-  }
-  int64_t steps[4096];
-  int k = list_ckpts(dir, steps, 4096);
-  for (int i = 0; i < k && n < max; i++) {
-    char p[1024];
-    gj_ckpt_path(p, sizeof p, dir, steps[i]);
-    if (n > 0 && !strcmp(p, paths[0])) continue;
-    snprintf(paths[n++], 1024, "%s", p);
-  }
-  return n;
-}
-
-int gj_ckpt_rotate(const char *dir, int keep) {
-  if (keep <= 0) return 0;
-  int64_t steps[4096];
-  int k = list_ckpts(dir, steps, 4096);
-  for (int i = keep; i < k; i++) {
-    char p[1024];
-    gj_ckpt_path(p, sizeof p, dir, steps[i]);
-    if (unlink(p)) gj_warn("cannot remove old checkpoint %s: %s", p, strerror(errno));
-  }
-  return 0;
 }
 
 int gj_ckpt_info(const char *path) {

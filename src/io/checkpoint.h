@@ -43,16 +43,6 @@ int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok);
 /* Read one whole tensor of /model (serial), checking its shape and CRC. */
 int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out);
 
-/* Run directory helpers (rank 0 does the file system work; results broadcast). */
-/* Path of checkpoint `step` in dir. */
-void gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step);
-/* Point dir/latest at path (atomic rename). Rank 0 only. */
-int gj_ckpt_set_latest(const char *dir, const char *path);
-/* Candidates to resume from, newest first: `latest` first, then the other ckpt-*.h5 by step.
- * Returns the number found (up to max). */
-int gj_ckpt_candidates(const char *dir, char paths[][1024], int max);
-/* Keep the newest `keep` checkpoints in dir (0: keep all). Rank 0 only. */
-int gj_ckpt_rotate(const char *dir, int keep);
 /* Print a checkpoint's metadata (gptj info). */
 int gj_ckpt_info(const char *path);
 

@@ -1,0 +1,359 @@
+#include "io/rundir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
+  char name[64];
+  snprintf(name, sizeof name, "ckpt-%08lld.h5", (long long)step);
+  return gj_path_join(out, n, dir, name);
+}
+
+int gj_rundir_create(const char *dir) {
+  char buf[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(buf, sizeof buf, NULL, dir));
+  size_t len = strlen(buf);
+  for (size_t i = 1; i <= len; i++) {
+    if (buf[i] != '/' && buf[i] != 0) continue;
+    char c = buf[i];
+    buf[i] = 0;
+    struct stat st;
+    if (mkdir(buf, 0755) && errno != EEXIST)
+      return GJ_FAIL("--run-dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+    if (stat(buf, &st)) return GJ_FAIL("--run-dir %s: %s: %s", dir, buf, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return GJ_FAIL("--run-dir %s: %s: Not a directory", dir, buf);
+    buf[i] = c;
+  }
+  return 0;
+}
+
+/* The step of a checkpoint's file name ckpt-<digits>.h5 (at least 8 digits), or -1. */
+static int64_t name_step(const char *name) {
+  if (strncmp(name, "ckpt-", 5)) return -1;
+  const char *d = name + 5, *e = d;
+  while (*e >= '0' && *e <= '9') e++;
+  if (e - d < 8 || e - d > 18 || strcmp(e, ".h5")) return -1;
+  int64_t s = 0;
+  for (const char *p = d; p < e; p++) s = s * 10 + (*p - '0');
+  char canon[64]; /* one name per step: no leading zeros beyond the 8 digits */
+  snprintf(canon, sizeof canon, "ckpt-%08lld.h5", (long long)s);
+  return strcmp(canon, name) ? -1 : s;
+}
+
+static int desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int gj_rundir_steps(const char *dir, int64_t **steps, int *n) {
+  *steps = NULL, *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : GJ_FAIL("%s: %s", dir, strerror(errno));
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int64_t s = name_step(e->d_name);
+    if (s < 0) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 64;
+      int64_t *p = realloc(*steps, cap * sizeof(int64_t));
+      if (!p) return closedir(d), free(*steps), *steps = NULL, *n = 0, GJ_FAIL("out of memory listing %s", dir);
+      *steps = p;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  if (*n) qsort(*steps, *n, sizeof(int64_t), desc);
+  return 0;
+}
+
+int64_t gj_rundir_latest(const char *dir) {
+  char lp[GJ_PATH_BUF], name[256];
+  if (gj_path_join(lp, sizeof lp, dir, "latest")) return -1;
+  FILE *f = fopen(lp, "r");
+  if (!f) return -1;
+  int64_t s = -1;
+  if (fgets(name, sizeof name, f)) {
+    name[strcspn(name, "\n")] = 0;
+    s = name_step(name);
+  }
+  fclose(f);
+  return s;
+}
+
+/* Write text to path under a temporary name, synced, renamed. */
+static int write_atomic(const char *path, const char *text, size_t len) {
+  char tmp[GJ_PATH_BUF];
+  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp) return GJ_FAIL("%.200s...: path too long", path);
+  gj_tmp_register(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return gj_tmp_unregister(tmp), GJ_FAIL("%s: %s", tmp, strerror(errno));
+  int bad = 0;
+  for (size_t off = 0; off < len && !bad;) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) bad = 1;
+    else off += (size_t)w;
+  }
+  int e = errno;
+  bad |= fsync(fd) != 0;
+  bad |= close(fd) != 0;
+  if (bad) {
+    unlink(tmp), gj_tmp_unregister(tmp);
+    return GJ_FAIL("%s: write failed: %s", tmp, strerror(e ? e : errno));
+  }
+  if (rename(tmp, path)) {
+    e = errno;
+    unlink(tmp), gj_tmp_unregister(tmp);
+    return GJ_FAIL("%s: %s", path, strerror(e));
+  }
+  gj_tmp_unregister(tmp);
+  return 0;
+}
+
+int gj_ckpt_set_latest(const char *dir, const char *path) {
+  char fin[GJ_PATH_BUF], line[300];
+  GJ_TRY(gj_path_join(fin, sizeof fin, dir, "latest"));
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  snprintf(line, sizeof line, "%s\n", base);
+  return write_atomic(fin, line, strlen(line));
+}
+
+int gj_ckpt_candidates(const char *dir, int64_t **steps, int *n) {
+  GJ_TRY(gj_rundir_steps(dir, steps, n));
+  int64_t l = gj_rundir_latest(dir);
+  for (int i = 0; i < *n && l >= 0; i++)
+    if ((*steps)[i] == l) { /* latest first, the others by step */
+      memmove(*steps + 1, *steps, i * sizeof(int64_t));
+      (*steps)[0] = l;
+      break;
+    }
+  return 0;
+}
+
+static int remove_ckpt(const char *dir, int64_t step) {
+  char p[GJ_PATH_BUF];
+  GJ_TRY(gj_ckpt_path(p, sizeof p, dir, step));
+  if (unlink(p) && errno != ENOENT) gj_warn("cannot remove checkpoint %s: %s", p, strerror(errno));
+  return 0;
+}
+
+int gj_ckpt_rotate(const char *dir, int keep, int64_t just_written) {
+  if (keep <= 0) return 0;
+  int64_t *steps;
+  int n;
+  GJ_TRY(gj_rundir_steps(dir, &steps, &n));
+  int64_t l = gj_rundir_latest(dir);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    int protect = steps[i] == l || steps[i] == just_written;
+    if (kept < keep || protect) kept++;
+    else remove_ckpt(dir, steps[i]);
+  }
+  free(steps);
+  return 0;
+}
+
+int gj_rundir_drop_after(const char *dir, int64_t after, int *deleted) {
+  int64_t *steps;
+  int n;
+  *deleted = 0;
+  GJ_TRY(gj_rundir_steps(dir, &steps, &n));
+  int64_t l = gj_rundir_latest(dir);
+  char lp[GJ_PATH_BUF];
+  int rc = gj_path_join(lp, sizeof lp, dir, "latest");
+  /* `latest` first, so that it never names a deleted file */
+  if (!rc && (l > after || (after < 0 && access(lp, F_OK) == 0)) && unlink(lp) && errno != ENOENT)
+    rc = GJ_FAIL("%s: %s", lp, strerror(errno));
+  for (int i = 0; i < n && !rc; i++)
+    if (steps[i] > after) rc = remove_ckpt(dir, steps[i]), ++*deleted;
+  free(steps);
+  return rc;
+}
+
+/* The step of a metrics.jsonl record ({"step": N, ...}), -1 if none. */
+static int64_t record_step(const char *line) {
+  const char *p = strstr(line, "\"step\":");
+  if (!p) return -1;
+  char *end;
+  long long s = strtoll(p + 7, &end, 10);
+  return end == p + 7 ? -1 : s;
+}
+
+int gj_rundir_trim_metrics(const char *path, int64_t step) {
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT ? 0 : GJ_FAIL("%s: %s", path, strerror(errno));
+  char *line = NULL, *out = NULL;
+  size_t cap = 0, olen = 0, ocap = 0;
+  ssize_t len;
+  int dropped = 0, rc = 0;
+  while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+    /* a record cut short by a crash (no newline) is dropped too */
+    if (record_step(line) > step || line[len - 1] != '\n') {
+      dropped++;
+      continue;
+    }
+    if (olen + len + 1 > ocap) {
+      ocap = 2 * (olen + len + 1) + 4096;
+      char *p = realloc(out, ocap);
+      if (!p) rc = GJ_FAIL("%s: out of memory", path);
+      else out = p;
+    }
+    if (!rc) memcpy(out + olen, line, len), olen += len;
+  }
+  if (!rc && ferror(f)) rc = GJ_FAIL("%s: read error", path);
+  fclose(f);
+  free(line);
+  if (!rc && dropped) rc = write_atomic(path, out ? out : "", olen);
+  free(out);
+  return rc;
+}
+
+/* ---- the lock ---- */
+
+static struct {
+  char path[GJ_PATH_BUF];
+  char token[64];
+  int held;
+  volatile int stop, lost;
+  double stale_s;
+  pthread_t thread;
+} lk;
+
+static double stale_seconds(void) {
+  const char *s = getenv("GJ_LOCK_STALE_S");
+  double v;
+  if (s && !gj_parse_f64(s, &v) && v > 0) return v;
+  return 300;
+}
+
+static int read_text(const char *path, char *buf, size_t n) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, n - 1);
+  close(fd);
+  if (r < 0) return -1;
+  buf[r] = 0;
+  return 0;
+}
+
+/* Whether the lock text describes a process of this host that no longer runs. */
+static int holder_dead_here(const char *text) {
+  long pid = 0;
+  char host[256] = "", me[256] = "";
+  const char *p = strstr(text, "pid "), *h = strstr(text, "host ");
+  if (!p || !h || sscanf(p, "pid %ld", &pid) != 1 || sscanf(h, "host %255s", host) != 1) return 0;
+  gethostname(me, sizeof me - 1);
+  if (strcmp(host, me) || pid <= 0) return 0;
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static void *heartbeat(void *arg) {
+  (void)arg;
+  double every = GJ_MAX(lk.stale_s / 5, 0.05), next = gj_now() + every;
+  while (!lk.stop) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (gj_now() < next) continue;
+    next = gj_now() + every;
+    char text[1024];
+    if (read_text(lk.path, text, sizeof text) || !strstr(text, lk.token)) {
+      lk.lost = 1;
+      break;
+    }
+    utimensat(AT_FDCWD, lk.path, NULL, 0);
+  }
+  return NULL;
+}
+
+static void release_at_exit(void) { gj_rundir_unlock(); }
+
+int gj_rundir_lock(const char *dir) {
+  if (lk.held) return 0;
+  GJ_TRY(gj_path_join(lk.path, sizeof lk.path, dir, "lock"));
+  lk.stale_s = stale_seconds();
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const char *job = getenv("SLURM_JOB_ID");
+  time_t now = time(NULL);
+  struct tm tm;
+  char when[64];
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+  snprintf(lk.token, sizeof lk.token, "%08lx%08lx", (unsigned long)getpid() ^ (unsigned long)now,
+           (unsigned long)(gj_now() * 1e6));
+  char text[1024];
+  snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s token %s\n", (long)getpid(),
+           host, job && *job ? job : "-", when, lk.token);
+  for (int attempt = 0; attempt < 5; attempt++) {
+    int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+      size_t len = strlen(text);
+      int bad = write(fd, text, len) != (ssize_t)len;
+      bad |= fsync(fd) != 0;
+      bad |= close(fd) != 0;
+      if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
+      lk.held = 1, lk.stop = 0, lk.lost = 0;
+      gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
+      static int registered;
+      if (!registered) atexit(release_at_exit), registered = 1;
+      if (pthread_create(&lk.thread, NULL, heartbeat, NULL)) {
+        gj_rundir_unlock();
+        return GJ_FAIL("%s: cannot start the lock's heartbeat thread", lk.path);
+      }
+      return 0;
+    }
+    if (errno != EEXIST) return GJ_FAIL("%s: cannot create the lock: %s", lk.path, strerror(errno));
+    char held[1024] = "";
+    struct stat st;
+    if (read_text(lk.path, held, sizeof held) || stat(lk.path, &st)) continue; /* just released */
+    double age = difftime(time(NULL), st.st_mtime);
+    int dead = holder_dead_here(held);
+    if (!dead && age < lk.stale_s) {
+      held[strcspn(held, "\n")] = 0;
+      char *tok = strstr(held, " token ");
+      if (tok) *tok = 0;
+      return GJ_FAIL("--run-dir %s is in use by %s (lock %s, touched %.0f s ago; a crashed holder's "
+                     "lock expires after %.0f s): wait for it, or use another --run-dir",
+                     dir, *held ? held : "another process", lk.path, age, lk.stale_s);
+    }
+    /* Stale: move it aside under a name of our own, check that what moved is what we judged
+     * (another process may have taken over meanwhile: then put it back), and remove it. */
+    char aside[GJ_PATH_BUF + 32], moved[1024] = "";
+    snprintf(aside, sizeof aside, "%s.stale.%ld", lk.path, (long)getpid());
+    if (rename(lk.path, aside)) continue;
+    if (read_text(aside, moved, sizeof moved) || strcmp(moved, held)) {
+      if (link(aside, lk.path) == 0 || errno == EEXIST) unlink(aside);
+      continue;
+    }
+    unlink(aside);
+    held[strcspn(held, "\n")] = 0;
+    gj_warn("%s: removed a stale lock (%s; %s)", lk.path, held,
+            dead ? "its process has ended" : "not touched for longer than GJ_LOCK_STALE_S");
+  }
+  return GJ_FAIL("%s: cannot take the lock (it keeps changing hands)", lk.path);
+}
+
+void gj_rundir_unlock(void) {
+  if (!lk.held) return;
+  lk.stop = 1;
+  pthread_join(lk.thread, NULL);
+  char text[1024];
+  if (!read_text(lk.path, text, sizeof text) && strstr(text, lk.token)) unlink(lk.path);
+  gj_tmp_unregister(lk.path);
+  lk.held = 0;
+}
+
+int gj_rundir_lock_lost(void) { return lk.held && lk.lost; }
