@@ -20,6 +20,7 @@ cat tests/*.log | grep -E '^(golden|[0-9]+%)' || true
 echo "== bad input: every command, one clear line, non-zero exit, no hang (tests/bad-input.sh)"
 bash "$top/tests/bad-input.sh" "$build"
 echo "== valgrind: a few training steps, no invalid access and no definite leak"
+rm -rf tests/out/valgrind
 OMP_NUM_THREADS=1 timeout 900 valgrind --error-exitcode=1 --leak-check=full --show-leak-kinds=definite \
   --errors-for-leak-kinds=definite --suppressions=/usr/share/openmpi/openmpi-valgrind.supp \
   --suppressions="$top/tests/valgrind.supp" ./gptj train --data tests/out/bad/ok.h5 --steps 3 \

@@ -92,6 +92,11 @@ static void on_signal(int sig) {
 
 void gj_signals_install(int graceful) {
   graceful_mode = graceful;
+  const char *pending = getenv("GJ_STOP_SIGNAL"); /* received before a re-exec (blaskernel.c) */
+  if (pending) {
+    stop_sig = atoi(pending);
+    unsetenv("GJ_STOP_SIGNAL");
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -104,9 +109,24 @@ void gj_signals_install(int graceful) {
     if (!sigaction(sigs[i], NULL, &old) && old.sa_handler == SIG_IGN) continue;
     sigaction(sigs[i], &sa, NULL);
   }
+  /* blocked across a re-exec (blaskernel.c): delivered now, to the handlers */
+  sigset_t set;
+  sigemptyset(&set);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&set, sigs[i]);
+  sigprocmask(SIG_UNBLOCK, &set, NULL);
 }
 
 int gj_stop_signal(void) { return stop_sig; }
+
+const char *gj_signal_name(int sig) {
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  case SIGHUP: return "SIGHUP";
+  case SIGUSR1: return "SIGUSR1";
+  default: return "a signal";
+  }
+}
 
 void gj_info(const char *fmt, ...) {
   if (log_rank != 0) return;
@@ -178,5 +198,126 @@ static double meminfo(const char *key) {
   return v;
 }
 
-double gj_mem_total_bytes(void) { return meminfo("MemTotal"); }
-double gj_mem_available_bytes(void) { return meminfo("MemAvailable"); }
+/* A number from a cgroup file ("max" and v1's near-2^63 "no limit" give -1). */
+static double cg_number(const char *dir, const char *file) {
+  char p[GJ_PATH_BUF], buf[64];
+  if (snprintf(p, sizeof p, "%s/%s", dir, file) >= (int)sizeof p) return -1;
+  FILE *f = fopen(p, "r");
+  if (!f) return -1;
+  double v = -1;
+  if (fgets(buf, sizeof buf, f) && strncmp(buf, "max", 3)) {
+    char *end;
+    v = strtod(buf, &end);
+    if (end == buf || v < 0 || v >= 0x1p60) v = -1;
+  }
+  fclose(f);
+  return v;
+}
+
+/* A key of a cgroup's memory.stat (0 if absent). */
+static double cg_stat(const char *dir, const char *key) {
+  char p[GJ_PATH_BUF], line[256];
+  if (snprintf(p, sizeof p, "%s/memory.stat", dir) >= (int)sizeof p) return 0;
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  double v = 0;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, kl) && line[kl] == ' ') {
+      v = atof(line + kl + 1);
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+/* Walk from the cgroup dir up to the hierarchy's root, keeping the tightest limit. */
+static void cg_walk(const char *mount, const char *path, int v2, gj_cgroup_mem *out) {
+  char rel[GJ_PATH_BUF], dir[GJ_PATH_BUF];
+  snprintf(rel, sizeof rel, "%s", path);
+  for (;;) {
+    size_t l = strlen(rel);
+    while (l > 1 && rel[l - 1] == '/') rel[--l] = 0;
+    if (snprintf(dir, sizeof dir, "%s%s", mount, strcmp(rel, "/") ? rel : "") >= (int)sizeof dir) return;
+    double lim = cg_number(dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+    if (lim >= 0) {
+      double use = cg_number(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+      /* the page cache that can be dropped is not in use */
+      double cache = cg_stat(dir, v2 ? "inactive_file" : "total_inactive_file");
+      double left = use >= 0 ? lim - GJ_MAX(0.0, use - cache) : lim;
+      if (out->limit < 0 || left < out->available) {
+        out->limit = lim, out->available = GJ_MAX(0.0, left);
+        snprintf(out->path, sizeof out->path, "%s", dir);
+      }
+    }
+    if (!strcmp(rel, "/") || !*rel) return;
+    char *sl = strrchr(rel, '/');
+    if (sl == rel) rel[1] = 0;
+    else if (sl) *sl = 0;
+    else return;
+  }
+}
+
+int gj_cgroup_memory(const char *proc_cgroup, const char *root, gj_cgroup_mem *out) {
+  out->limit = out->available = -1;
+  out->path[0] = 0;
+  FILE *f = fopen(proc_cgroup, "r");
+  if (!f) return -1;
+  char line[GJ_PATH_BUF];
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    const char *ctl = c1 + 1, *path = c2 + 1;
+    char mount[GJ_PATH_BUF];
+    if (!*ctl) { /* v2: the unified hierarchy at root, or at root/unified (hybrid) */
+      const char *where[2] = {"", "/unified"};
+      for (int i = 0; i < 2; i++) {
+        snprintf(mount, sizeof mount, "%s%s", root, where[i]);
+        char probe[GJ_PATH_BUF + 32];
+        snprintf(probe, sizeof probe, "%s/cgroup.controllers", mount);
+        if (access(probe, R_OK) == 0) cg_walk(mount, path, 1, out);
+      }
+    } else { /* v1: the memory controller's own hierarchy */
+      int mem = 0;
+      char ctls[256];
+      snprintf(ctls, sizeof ctls, "%s", ctl);
+      for (char *t = strtok(ctls, ","); t; t = strtok(NULL, ",")) mem |= !strcmp(t, "memory");
+      if (!mem) continue;
+      snprintf(mount, sizeof mount, "%s/memory", root);
+      cg_walk(mount, path, 0, out);
+    }
+  }
+  fclose(f);
+  return out->limit >= 0 ? 0 : -1;
+}
+
+static void cgroup_self(gj_cgroup_mem *cg) {
+  const char *root = getenv("GJ_CGROUP_ROOT"); /* tests: a cgroup tree of their own */
+  gj_cgroup_memory("/proc/self/cgroup", root && *root ? root : "/sys/fs/cgroup", cg);
+}
+
+double gj_mem_total_bytes(void) {
+  gj_cgroup_mem cg;
+  cgroup_self(&cg);
+  double t = meminfo("MemTotal");
+  return cg.limit >= 0 && (t <= 0 || cg.limit < t) ? cg.limit : t;
+}
+
+double gj_mem_available_bytes(void) {
+  gj_cgroup_mem cg;
+  cgroup_self(&cg);
+  double a = meminfo("MemAvailable");
+  return cg.available >= 0 && (a <= 0 || cg.available < a) ? cg.available : a;
+}
+
+void gj_mem_describe(char *out, size_t n) {
+  gj_cgroup_mem cg;
+  cgroup_self(&cg);
+  double a = meminfo("MemAvailable");
+  if (cg.available >= 0 && (a <= 0 || cg.available < a))
+    snprintf(out, n, "under the cgroup memory limit of %.2f GB of %s", cg.limit / 1e9, cg.path);
+  else
+    snprintf(out, n, "MemAvailable of this host");
+}

@@ -9,6 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Longest path gptj handles (PATH_MAX), and buffers for a path plus a suffix. A path that
+ * does not fit is refused with gj_path_join's error, never truncated. */
+#define GJ_PATH_MAX 4096
+#define GJ_PATH_BUF (GJ_PATH_MAX + 64)
+/* out = a "/" b (b alone if a is NULL); -1 with an error naming the path if it is longer
+ * than GJ_PATH_MAX. */
+int gj_path_join(char *out, size_t n, const char *a, const char *b);
+
 #define GJ_ERRMSG_MAX 1024
 
 /* Record an error message (printf-style) with the source location; returns -1. */
@@ -42,17 +50,21 @@ int gj_parse_i64(const char *s, int64_t *out);
 int gj_parse_f64(const char *s, double *out);
 
 double gj_now(void); /* monotonic seconds */
-/* Total and available memory of this machine in bytes (/proc/meminfo; 0 if unknown). */
+/* Total and available memory in bytes: /proc/meminfo's, or less where the process's cgroup
+ * (v1 or v2; what Slurm's --mem sets) limits it (0 if unknown). GJ_CGROUP_ROOT replaces
+ * /sys/fs/cgroup (tests). */
 double gj_mem_total_bytes(void);
 double gj_mem_available_bytes(void);
-
-/* Longest path gptj handles (PATH_MAX), and buffers for a path plus a suffix. A path that
- * does not fit is refused with gj_path_join's error, never truncated. */
-#define GJ_PATH_MAX 4096
-#define GJ_PATH_BUF (GJ_PATH_MAX + 64)
-/* out = a "/" b (b alone if a is NULL); -1 with an error naming the path if it is longer
- * than GJ_PATH_MAX. */
-int gj_path_join(char *out, size_t n, const char *a, const char *b);
+/* Which bound gj_mem_available_bytes used, for messages. */
+void gj_mem_describe(char *out, size_t n);
+/* The tightest memory limit of the cgroups (and their ancestors) listed in proc_cgroup (the
+ * format of /proc/self/cgroup), in the cgroup file systems under root: limit and what is
+ * left under it, in bytes, and the directory of that cgroup. -1 (limit -1) if none. */
+typedef struct {
+  double limit, available;
+  char path[GJ_PATH_BUF];
+} gj_cgroup_mem;
+int gj_cgroup_memory(const char *proc_cgroup, const char *root, gj_cgroup_mem *out);
 
 /* Sizes: n = a * b (and n = a + b) for sizes read from files or flags; -1 on overflow. */
 int gj_mul_size(size_t *n, size_t a, size_t b);
@@ -65,6 +77,7 @@ int gj_add_size(size_t *n, size_t a, size_t b);
  * removes the temporaries and ends the process at once. */
 void gj_signals_install(int graceful);
 int gj_stop_signal(void); /* the first stop signal received, 0 if none */
+const char *gj_signal_name(int sig); /* "SIGUSR1", ... */
 /* Return code of a command stopped cleanly by a signal before it did anything (main exits 0
  * with the recorded message). */
 #define GJ_STOPPED (-2)

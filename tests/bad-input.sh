@@ -79,7 +79,7 @@ rows=(
 "2|--tp 3 does not divide the number of ranks 2|train --data $w/ok.h5 --tp 3"
 "0|checkpoint has n_layer = 2, this run has 3|train --data $w/ok.h5 --n_layer 3 --resume $ck --run-dir $w/r2"
 "0|text.h5: not an HDF5 file|train --data $w/ok.h5 --resume $w/text.h5 --run-dir $w/r3"
-"0|sub/config.conf: Not a directory|train --data $w/ok.h5 --steps 1 --seq-len 16 --run-dir $w/text.h5/sub"
+"0|text.h5: Not a directory|train --data $w/ok.h5 --steps 1 --seq-len 16 --run-dir $w/text.h5/sub"
 "2|the model needs|train --data $w/ok.h5 --preset gptj-6b --seq-len 16 --micro-batch 1 --run-dir $w/r4"
 "0|--checkpoint: required|eval --data $w/ok.h5"
 "0|missing.h5: No such file|eval --checkpoint $w/missing.h5 --data $w/ok.h5"

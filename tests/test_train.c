@@ -342,6 +342,7 @@ END_TEST
 START_TEST(test_nan_steps) {
   char args[2048], log[1400];
   snprintf(log, sizeof log, "%s/nan.log", OUT);
+  sh("rm -rf %s/nan %s/nan2", OUT, OUT);
   snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan --debug-nan-step 3",
            COMMON, DATA, OUT);
   ck_assert_int_eq(gptj(0, args, log), 0);

@@ -1,7 +1,9 @@
 /* gptj eval (perplexity of a checkpoint), gptj generate (sampling with a KV cache) and
  * gptj info (metadata of a checkpoint or a token dataset). */
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/evaluate.h"
 #include "cli/gemmopts.h"
+#include "cli/memcheck.h"
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
@@ -20,7 +23,7 @@
 
 /* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
 static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
-                      const char *gemm, const char *prec) {
+                      const char *gemm, const char *prec, double mem_gb) {
   int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
   gj_config c;
   if (!rc) rc = gj_grid_init(g, (int)tp);
@@ -32,6 +35,14 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  /* refuse, before allocating, a model that does not fit (what gj_model_create allocates) */
+  gj_mem_sizes ms;
+  GJ_TRY(gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads()));
+  char detail[256];
+  snprintf(detail, sizeof detail, "weights and their buffers %.2f, activations %.2f, bf16 weight copies %.2f",
+           (ms.params + ms.grads + ms.moments) / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
+  GJ_TRY(gj_mem_check(MPI_COMM_WORLD, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
+                      "use more ranks with --tp, or a smaller --seq-len or --micro-batch", mem_gb, NULL));
   rc = gj_model_create(m, &c, g, B, *T, 0, 0, 0);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_ckpt_meta meta;
@@ -41,6 +52,7 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
 int gj_cmd_eval(int argc, char **argv) {
   const char *ckpt = NULL, *data = NULL, *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, T = 0, S = 0, B = 4, max_windows = 0;
+  double mem_gb = 0;
   gj_opt opts[] = {
       {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate, required", 1, 0},
       {"data", GJ_OPT_STR, &data, "token dataset, required", 1, 0},
@@ -51,6 +63,7 @@ int gj_cmd_eval(int argc, char **argv) {
       {"max-windows", GJ_OPT_I64, &max_windows, "evaluate only the first N windows (0: all)", 0, 1e15},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
+      {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {NULL}};
   gj_cmdline cl = {"gptj eval --checkpoint FILE --data FILE.h5 [options]",
                    "Perplexity of a checkpoint on a token dataset. Every token after the first is\n"
@@ -64,7 +77,7 @@ int gj_cmd_eval(int argc, char **argv) {
   if (!data) return GJ_FAIL("--data: required");
   gj_grid g;
   gj_model m;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb));
   if (S == 0) S = T;
   if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
   gj_dataset ds;
@@ -130,7 +143,7 @@ int gj_cmd_generate(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
   const char *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, max_new = 64, topk = 0, seed = 1234;
-  double temp = 0.8, topp = 0.95;
+  double temp = 0.8, topp = 0.95, mem_gb = 0;
   int print_ids = 0;
   gj_opt opts[] = {
       {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint, required", 1, 0},
@@ -146,6 +159,7 @@ int gj_cmd_generate(int argc, char **argv) {
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
+      {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {NULL}};
   gj_cmdline cl = {"gptj generate --checkpoint FILE --prompt TEXT [options]",
                    "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
@@ -164,8 +178,12 @@ int gj_cmd_generate(int argc, char **argv) {
     while (!rc && *p) {
       while (*p == ' ' || *p == ',') p++;
       if (!*p) break;
-      long v = strtol(p, &end, 10);
-      if (end == p) rc = GJ_FAIL("--prompt-ids: '%s' is not a list of integers", prompt_ids);
+      errno = 0;
+      long long v = strtoll(p, &end, 10);
+      if (end == p || (*end && *end != ' ' && *end != ','))
+        rc = GJ_FAIL("--prompt-ids: '%s' is not a list of integers", prompt_ids);
+      else if (errno == ERANGE || v < 0 || v > INT32_MAX) /* never truncated to 32 bits */
+        rc = GJ_FAIL("--prompt-ids: id %.*s outside the vocabulary", (int)GJ_MIN(end - p, 40), p);
       else rc = gj_ids_push(&ids, (int32_t)v), p = end;
     }
   }
@@ -174,7 +192,7 @@ int gj_cmd_generate(int argc, char **argv) {
   gj_grid g;
   gj_model m;
   int64_t T = 0;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb));
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
   for (size_t i = 0; i < ids.n; i++)
     if (ids.v[i] < 0 || ids.v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids.v[i], (long long)V);

@@ -11,6 +11,7 @@
  * GJ_OPENBLAS_CORETYPE=NAME imposes a kernel (still checked). */
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,15 @@ static int kernel_ok(void) {
 static void reexec(char **argv, const char *core) {
   setenv("OPENBLAS_CORETYPE", core, 1);
   setenv("GJ_BLAS_REEXEC", core, 1);
+  /* a stop request received so far survives the exec, and one arriving during it waits,
+   * blocked (the mask survives exec), until the new image has its handlers */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT), sigaddset(&stop, SIGTERM), sigaddset(&stop, SIGHUP), sigaddset(&stop, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &stop, NULL);
+  char sig[16];
+  snprintf(sig, sizeof sig, "%d", gj_stop_signal());
+  if (gj_stop_signal()) setenv("GJ_STOP_SIGNAL", sig, 1);
   /* exec the real path, not /proc/self/exe, so that the process keeps its name */
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -88,6 +98,7 @@ static void reexec(char **argv, const char *core) {
     self[n] = 0;
     execv(self, argv);
   }
+  sigprocmask(SIG_UNBLOCK, &stop, NULL);
   /* exec failed: go on with the kernel loaded */
 }
 

@@ -1,0 +1,27 @@
+#include "cli/memcheck.h"
+
+#include <stdio.h>
+
+#include "common.h"
+#include "parallel/grid.h"
+
+int gj_mem_check(MPI_Comm world, double need, const char *detail, const char *hint, double mem_gb,
+                 int *local) {
+  int n = 1, rc = 0;
+  MPI_Comm node;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+  }
+  if (local) *local = n;
+  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / n;
+  if (avail > 0 && need > avail) {
+    char how[GJ_PATH_BUF + 64];
+    if (mem_gb > 0) snprintf(how, sizeof how, "given by --mem-per-rank-gb");
+    else gj_mem_describe(how, sizeof how);
+    rc = GJ_FAIL("the model needs %.2f GB per rank (%s) but %.2f GB are available per rank (%d "
+                 "on this node, %s)%s%s", need / 1e9, detail, avail / 1e9, n, how, hint ? ": " : "",
+                 hint ? hint : "");
+  }
+  return gj_agree(world, rc);
+}

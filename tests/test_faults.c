@@ -1,0 +1,324 @@
+/* Fault tests of a training run (issue 15): the run directory's lock, fresh starts into a run,
+ * rotation and `latest`, metrics.jsonl across a resume, stop signals at any moment of the
+ * start-up, paths up to PATH_MAX, memory limits (cgroups), errors seen on one rank only, and
+ * what is checked at start. Each launches `gptj` as a user would. */
+#include <check.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "testutil.h"
+
+static char B_[1024], S_[1024], MPI_[512], DATA[1200], OUT[1200];
+#define sh tu_sh
+
+static const char *COMMON = "--preset tiny --seq-len 32 --micro-batch 4 --lr 1e-3 --warmup 3 --seed 7";
+
+/* Launch gptj with np ranks (np 0: plain process), output to log. */
+static int gptj(int np, const char *log, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int gptj(int np, const char *log, const char *fmt, ...) {
+  char args[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
+  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
+}
+
+static int grep(const char *log, const char *pattern) { return sh("grep -q -- '%s' %s", pattern, log) == 0; }
+
+/* Two trainers on one run directory: the second is refused naming the first; the first goes
+ * on. A lock left by a killed trainer, or by a process on another host that has not touched
+ * it for GJ_LOCK_STALE_S, is taken over; a fresh one of another host is respected. */
+START_TEST(test_lock) {
+  char run[1300], log[1400], log2[1400];
+  snprintf(run, sizeof run, "%s/lock", OUT);
+  snprintf(log, sizeof log, "%s/lock.log", OUT);
+  snprintf(log2, sizeof log2, "%s/lock2.log", OUT);
+  sh("rm -rf %s", run);
+  int rc = sh("%s/gptj train %s --data %s --steps 100000 --run-dir %s >%s 2>&1 & p=$!; echo $p > %s.pid; "
+              "for i in $(seq 200); do grep -q 'step 2/' %s 2>/dev/null && break; sleep 0.05; done; "
+              "%s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
+              "kill -USR1 $p; wait $p; f=$?; [ $e -eq 1 ] && [ $f -eq 0 ]",
+              B_, COMMON, DATA, run, log, run, log, B_, COMMON, DATA, run, log2);
+  ck_assert_msg(rc == 0, "a second trainer on the same --run-dir was not refused, or the first failed");
+  ck_assert(sh("grep -q \"is in use by gptj train: pid $(cat %s.pid) host $(hostname)\" %s", run, log2) == 0);
+  ck_assert(grep(log, "signal: stopped at step"));
+  ck_assert(sh("test ! -e %s/lock", run) == 0); /* released at exit */
+  /* kill -9 leaves the lock; the next trainer on this host sees its process is gone */
+  rc = sh("%s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
+          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; "
+          "kill -9 $p; wait $p; test -e %s/lock", B_, COMMON, DATA, run, log, log, run);
+  ck_assert_msg(rc == 0, "kill -9 did not leave a lock behind");
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
+  ck_assert(grep(log, "removed a stale lock"));
+  /* a lock of another host: respected while fresh, taken over once stale */
+  sh("printf 'gptj train: pid 1 host elsewhere job 77 since 2026-01-01T00:00:00Z token x\\n' > %s/lock", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --resume auto", COMMON, DATA, run), 1);
+  ck_assert(grep(log, "in use by gptj train: pid 1 host elsewhere job 77"));
+  sh("touch -d '10 minutes ago' %s/lock", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
+  ck_assert(grep(log, "removed a stale lock.*not touched"));
+  /* a short GJ_LOCK_STALE_S: the holder's heartbeat keeps its lock fresh */
+  rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
+          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; sleep 2.5; "
+          "GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
+          "kill -USR1 $p; wait $p; [ $e -eq 1 ]", B_, COMMON, DATA, run, log, log, B_, COMMON, DATA, run, log2);
+  ck_assert_msg(rc == 0, "a live holder's lock expired");
+}
+END_TEST
+
+/* A fresh start into a run directory with checkpoints is refused and changes nothing;
+ * --overwrite starts over; a restart from an older checkpoint of the same directory needs
+ * --overwrite for the later ones; rotation never deletes what `latest` names. */
+START_TEST(test_fresh_start_and_rotation) {
+  char run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/fresh", OUT);
+  snprintf(log, sizeof log, "%s/fresh.log", OUT);
+  sh("rm -rf %s", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 6 --save-every 2 --keep-checkpoints 5 --run-dir %s",
+                        COMMON, DATA, run), 0);
+  sh("cd %s && md5sum ckpt-*.h5 latest metrics.jsonl config.conf > ../fresh.md5", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 6 --run-dir %s", COMMON, DATA, run), 1);
+  ck_assert(grep(log, "holds a run (checkpoints up to step 6): continue it with --resume auto, or start over with --overwrite"));
+  ck_assert_msg(sh("cd %s && md5sum -c --quiet ../fresh.md5", run) == 0, "the refused start changed the run directory");
+  /* a restart from step 2 in the same directory */
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 4 --run-dir %s --resume %s/ckpt-00000002.h5",
+                        COMMON, DATA, run, run), 1);
+  ck_assert(grep(log, "has checkpoints past step 2 of --resume"));
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 3 --keep-checkpoints 1 --run-dir %s --resume %s/ckpt-00000002.h5 --overwrite",
+                        COMMON, DATA, run, run), 0);
+  ck_assert(sh("cd %s && test \"$(cat latest)\" = ckpt-00000003.h5 && test -f ckpt-00000003.h5 && "
+               "test ! -e ckpt-00000004.h5 && test ! -e ckpt-00000006.h5", run) == 0);
+  /* latest naming an older checkpoint than others (those later ones damaged): resuming from it
+   * with --keep-checkpoints 1 keeps the new checkpoint and what latest names */
+  sh("rm -rf %s && mkdir -p %s", run, run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 6 --save-every 2 --keep-checkpoints 5 --run-dir %s",
+                        COMMON, DATA, run), 0);
+  sh("cd %s && echo ckpt-00000002.h5 > latest && head -c 5000 ckpt-00000006.h5 > t && mv t ckpt-00000006.h5 && rm ckpt-00000004.h5", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 3 --keep-checkpoints 1 --run-dir %s --resume auto",
+                        COMMON, DATA, run), 0);
+  ck_assert_msg(sh("cd %s && test -f \"$(cat latest)\" && test \"$(cat latest)\" = ckpt-00000003.h5", run) == 0,
+                "latest names a deleted checkpoint after rotation");
+  /* --overwrite of a fresh start deletes the old run first */
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --overwrite", COMMON, DATA, run), 0);
+  ck_assert(sh("cd %s && ls ckpt-*.h5 | tr '\\n' ' ' | grep -qx 'ckpt-00000001.h5 ' && test \"$(cat latest)\" = ckpt-00000001.h5", run) == 0);
+}
+END_TEST
+
+/* A run that crashed after its last checkpoint logged steps it will train again: resumed, its
+ * metrics.jsonl has every step once. */
+START_TEST(test_metrics_resume) {
+  char run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/metrics", OUT);
+  snprintf(log, sizeof log, "%s/metrics.log", OUT);
+  sh("rm -rf %s", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 6 --save-every 4 --keep-checkpoints 5 --eval-every 2 "
+                        "--valid-data %s --eval-batches 1 --run-dir %s", COMMON, DATA, DATA, run), 0);
+  /* as if the run had died after step 6, before its final checkpoint */
+  sh("cd %s && rm ckpt-00000006.h5 && echo ckpt-00000004.h5 > latest && printf '{\"step\": 7, \"lo' >> metrics.jsonl", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 8 --eval-every 2 --valid-data %s --eval-batches 1 "
+                        "--run-dir %s --resume auto", COMMON, DATA, DATA, run), 0);
+  ck_assert_msg(sh("cd %s && test \"$(grep -c '\"loss\"' metrics.jsonl)\" = 8 && "
+                   "test \"$(grep -o '\"step\": [0-9]*, \"loss\"' metrics.jsonl | sort -u | wc -l)\" = 8 && "
+                   "test \"$(grep -c val_loss metrics.jsonl)\" = 4 && ! grep -qv '}$' metrics.jsonl", run) == 0,
+                "metrics.jsonl has duplicate, missing or broken records after the resume");
+}
+END_TEST
+
+/* A stop signal at any moment of the start-up (MPI set-up, the kernel check and re-exec, data,
+ * allocation, resume, the peak probe) ends the run with exit 0; before the first step it
+ * leaves the run directory as it was. */
+START_TEST(test_signal_startup) {
+  char run[1300], log[1400], base[1300];
+  snprintf(run, sizeof run, "%s/sigup", OUT);
+  snprintf(base, sizeof base, "%s/sigup-base", OUT);
+  snprintf(log, sizeof log, "%s/sigup.log", OUT);
+  sh("rm -rf %s %s", run, base);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 2 --run-dir %s", COMMON, DATA, base), 0);
+  int before = 0, after = 0;
+  /* (not SIGINT: a background job of a script ignores it, and gptj keeps an ignored signal ignored) */
+  const char *sigs[] = {"USR1", "TERM", "HUP", "TERM"};
+  for (int trial = 0; trial < 12; trial++) {
+    int np = trial % 3 == 2 ? 2 : 0;
+    /* from 50 ms (the program's own first instruction: before it, loading the executable) */
+    double delay = np ? 0.3 + 0.1 * trial : 0.05 + 0.08 * trial;
+    const char *sig = np ? "USR1" : sigs[trial % 4];
+    sh("rm -rf %s && cp -a %s %s && rm -f %s/lock", run, base, run, run);
+    char launch[1500];
+    if (np) snprintf(launch, sizeof launch, "%s -np 2 %s/gptj", MPI_, B_);
+    else snprintf(launch, sizeof launch, "%s/gptj", B_);
+    int rc = sh("%s train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
+                "sleep %.2f; kill -%s $p; wait $p", launch, COMMON, DATA, run, log, delay, sig);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_msg(rc == 0, "SIG%s after %.2f s (np %d): exit %d", sig, delay, np, rc);
+    if (grep(log, "before the first step")) {
+      before++;
+      ck_assert_msg(sh("cd %s && test \"$(cat latest)\" = ckpt-00000002.h5 && test \"$(ls ckpt-*.h5)\" = ckpt-00000002.h5 && "
+                       "cmp -s metrics.jsonl %s/metrics.jsonl && test ! -e lock", run, base) == 0,
+                    "stopped before the first step but the run directory changed (SIG%s at %.2f s)", sig, delay);
+    } else {
+      after++;
+      ck_assert_msg(grep(log, "signal: stopped at step"), "SIG%s at %.2f s: neither stopped before nor after a step", sig, delay);
+    }
+  }
+  ck_assert_msg(before >= 3, "only %d of 12 signals arrived during the start-up", before);
+  (void)after;
+}
+END_TEST
+
+/* A run directory near PATH_MAX: train, save, resume, eval, generate, info. */
+START_TEST(test_long_paths) {
+  char run[GJ_PATH_BUF], log[1400], seg[201];
+  memset(seg, 'p', 200), seg[200] = 0;
+  int n = snprintf(run, sizeof run, "%s/long", OUT);
+  while (n + 210 < 3900) n += snprintf(run + n, sizeof run - n, "/%s", seg);
+  snprintf(log, sizeof log, "%s/long.log", OUT);
+  sh("rm -rf %s/long", OUT);
+  ck_assert_int_eq(gptj(2, log, "train %s --data %s --steps 2 --save-every 1 --run-dir %s", COMMON, DATA, run), 0);
+  ck_assert_int_eq(gptj(2, log, "train %s --data %s --steps 3 --run-dir %s --resume auto", COMMON, DATA, run), 0);
+  ck_assert(grep(log, "resumed from"));
+  ck_assert_int_eq(gptj(2, log, "eval --checkpoint %s/ckpt-00000003.h5 --data %s --seq-len 32 --max-windows 4", run, DATA), 0);
+  ck_assert_int_eq(gptj(0, log, "generate --checkpoint %s/ckpt-00000003.h5 --prompt-ids 1,2 --ids --max-new-tokens 2", run), 0);
+  ck_assert_int_eq(gptj(0, log, "info %s/ckpt-00000003.h5", run), 0);
+  /* longer than PATH_MAX: refused with a clear line, no crash */
+  char longer[2 * GJ_PATH_BUF];
+  snprintf(longer, sizeof longer, "%s/%s/%s", run, seg, seg);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s", COMMON, DATA, longer), 1);
+  ck_assert(grep(log, "longer than 4096"));
+  sh("rm -rf %s/long", OUT);
+}
+END_TEST
+
+/* The memory check uses the cgroup limit (what Slurm's --mem sets): a real v1 or v2 memory
+ * cgroup below this process's own, 100 MiB: train, eval and generate are refused before they
+ * allocate, naming the limit. */
+START_TEST(test_memory_cgroup) {
+  char ck[1400], log[1400];
+  snprintf(ck, sizeof ck, "%s/cg-run/ckpt-00000001.h5", OUT);
+  snprintf(log, sizeof log, "%s/cg.log", OUT);
+  sh("rm -rf %s/cg-run", OUT);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s/cg-run", COMMON, DATA, OUT), 0);
+  /* our own memory cgroup: v1's memory controller, else v2's unified hierarchy */
+  const char *mk =
+      "p=$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/self/cgroup | cut -d: -f3); "
+      "if [ -n \"$p\" ] && [ -d /sys/fs/cgroup/memory$p ]; then cg=/sys/fs/cgroup/memory$p/gjtest$$; lim=memory.limit_in_bytes; "
+      "else p=$(grep '^0::' /proc/self/cgroup | cut -d: -f3); cg=/sys/fs/cgroup$p/gjtest$$; lim=memory.max; fi; "
+      "mkdir $cg && echo 100M > $cg/$lim || { rmdir $cg 2>/dev/null; exit 99; }; ";
+  for (int i = 0; i < 3; i++) {
+    char args[2048];
+    if (i == 0) snprintf(args, sizeof args, "train %s --data %s --steps 1 --run-dir %s/cg-run2", COMMON, DATA, OUT);
+    if (i == 1) snprintf(args, sizeof args, "eval --checkpoint %s --data %s --seq-len 128 --micro-batch 4", ck, DATA);
+    if (i == 2) snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 1,2 --ids", ck);
+    int rc = sh("%s (echo $BASHPID > $cg/cgroup.procs && exec %s/gptj %s) >%s 2>&1; e=$?; "
+                "for i in $(seq 50); do rmdir $cg 2>/dev/null && break; sleep 0.1; done; exit $e",
+                mk, B_, args, log);
+    ck_assert_msg(rc != 99, "cannot make a memory cgroup here (root is needed)");
+    if (rc != 1) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 1);
+    ck_assert(grep(log, "under the cgroup memory limit of 0.10 GB"));
+  }
+}
+END_TEST
+
+/* The cgroup reader on made-up trees: v2 (the tightest of the ancestors, reclaimable page
+ * cache not counted as used) and v1, as /proc/self/cgroup lists them. */
+START_TEST(test_cgroup_trees) {
+  char root[1300];
+  snprintf(root, sizeof root, "%s/cgtree", OUT);
+  sh("rm -rf %s && mkdir -p %s/unified/slurm/job_5/step_0 %s/memory/a/b && cd %s && touch unified/cgroup.controllers && "
+     "echo 8000000000 > unified/slurm/memory.max && echo max > unified/slurm/job_5/step_0/memory.max && "
+     "echo 1000000000 > unified/slurm/job_5/memory.max && echo 300000000 > unified/slurm/job_5/memory.current && "
+     "echo 'anon 1\ninactive_file 100000000' > unified/slurm/job_5/memory.stat && echo 0 > unified/slurm/memory.current && "
+     "echo 9223372036854771712 > memory/a/memory.limit_in_bytes && echo 500000000 > memory/a/b/memory.limit_in_bytes && "
+     "echo 200000000 > memory/a/b/memory.usage_in_bytes && "
+     "echo '0::/slurm/job_5/step_0' > v2.txt && printf '5:cpu:/x\\n4:memory:/a/b\\n' > v1.txt && echo '0::/' > none.txt",
+     root, root, root, root);
+  gj_cgroup_mem m;
+  char p[1400];
+  snprintf(p, sizeof p, "%s/v2.txt", root);
+  ck_assert_int_eq(gj_cgroup_memory(p, root, &m), 0);
+  ck_assert(m.limit == 1e9 && m.available == 8e8);
+  ck_assert(strstr(m.path, "unified/slurm/job_5"));
+  snprintf(p, sizeof p, "%s/v1.txt", root);
+  ck_assert_int_eq(gj_cgroup_memory(p, root, &m), 0);
+  ck_assert(m.limit == 5e8 && m.available == 3e8);
+  snprintf(p, sizeof p, "%s/none.txt", root);
+  ck_assert_int_eq(gj_cgroup_memory(p, root, &m), -1);
+}
+END_TEST
+
+/* An error seen on one rank only is printed with its reason and the rank (here rank 1 is
+ * given a dataset that does not exist: MPMD launch). */
+START_TEST(test_error_other_rank) {
+  char log[1400];
+  snprintf(log, sizeof log, "%s/rank1.log", OUT);
+  int rc = sh("timeout 120 %s -np 1 %s/gptj train %s --data %s --run-dir %s/r1a : -np 1 %s/gptj train %s "
+              "--data %s/nothing.h5 --run-dir %s/r1a >%s 2>&1", MPI_, B_, COMMON, DATA, OUT, B_, COMMON, OUT, OUT, log);
+  ck_assert_int_eq(rc, 1);
+  ck_assert(grep(log, "gptj train: error: rank 1: .*nothing.h5: No such file"));
+}
+END_TEST
+
+/* Checked at start rather than hours later: a validation set shorter than one window; the
+ * data order of a weights-only checkpoint follows --seed. */
+START_TEST(test_start_checks) {
+  char log[1400], ck[1400];
+  snprintf(log, sizeof log, "%s/start.log", OUT);
+  sh("rm -rf %s/sc %s/sc-hf %s/sc-w %s/sc-a %s/sc-b && head -c 60 %s/data/brown-valid.txt > %s/short.txt",
+     OUT, OUT, OUT, OUT, OUT, S_, OUT);
+  ck_assert_int_eq(gptj(0, log, "tokenize --out %s/short.h5 %s/short.txt", OUT, OUT), 0);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --valid-data %s/short.h5 --eval-every 100 --steps 200 --run-dir %s/sc",
+                        COMMON, DATA, OUT, OUT), 1);
+  ck_assert(grep(log, "--valid-data .*short.h5: [0-9]* tokens, fewer than one window of seq_len + 1 = 33"));
+  ck_assert(sh("test ! -e %s/sc/metrics.jsonl", OUT) == 0);
+  /* a weights-only checkpoint: HF round trip of a trained one */
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s/sc", COMMON, DATA, OUT), 0);
+  ck_assert_int_eq(gptj(0, log, "convert --to-hf %s/sc-hf --checkpoint %s/sc/ckpt-00000001.h5", OUT, OUT), 0);
+  snprintf(ck, sizeof ck, "%s/sc-w.h5", OUT);
+  ck_assert_int_eq(gptj(0, log, "convert --from-hf %s/sc-hf --out %s", OUT, ck), 0);
+  double loss[2];
+  for (int s = 0; s < 2; s++) {
+    ck_assert_int_eq(gptj(0, log, "train --preset tiny --seq-len 32 --micro-batch 4 --data %s --steps 1 --seed %d "
+                          "--run-dir %s/sc-%c --resume %s", DATA, 11 + s, OUT, 'a' + s, ck), 0);
+    char p[1400];
+    snprintf(p, sizeof p, "%s/sc-%c/metrics.jsonl", OUT, 'a' + s);
+    FILE *f = fopen(p, "r");
+    ck_assert(f != NULL);
+    char line[4096] = "";
+    ck_assert(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    char *l = strstr(line, "\"loss\": ");
+    ck_assert(l != NULL);
+    loss[s] = atof(l + 8);
+  }
+  ck_assert_msg(loss[0] != loss[1], "--seed did not change the data order of a weights-only checkpoint (%.9g)", loss[0]);
+}
+END_TEST
+
+int main(void) {
+  setenv("OMP_NUM_THREADS", "1", 1);
+  snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
+  snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
+  snprintf(MPI_, sizeof MPI_, "%s", tu_env("GJ_MPIRUN", "mpirun"));
+  snprintf(OUT, sizeof OUT, "%s/tests/out/faults", B_);
+  snprintf(DATA, sizeof DATA, "%s/valid.h5", OUT);
+  sh("mkdir -p %s", OUT);
+  if (sh("%s/gptj tokenize --out %s %s/data/brown-valid.txt >/dev/null", B_, DATA, S_)) return 1;
+  Suite *s = suite_create("faults");
+  TCase *tc = tcase_create("runs");
+  tcase_set_timeout(tc, 900);
+  tcase_add_test(tc, test_lock);
+  tcase_add_test(tc, test_fresh_start_and_rotation);
+  tcase_add_test(tc, test_metrics_resume);
+  tcase_add_test(tc, test_signal_startup);
+  tcase_add_test(tc, test_long_paths);
+  tcase_add_test(tc, test_memory_cgroup);
+  tcase_add_test(tc, test_cgroup_trees);
+  tcase_add_test(tc, test_error_other_rank);
+  tcase_add_test(tc, test_start_checks);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
