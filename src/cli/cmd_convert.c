@@ -12,14 +12,16 @@
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/h5util.h"
+#include "io/outfile.h"
 #include "io/safetensors.h"
 #include "model/params.h"
 
 #define MAX_SHARDS 256
 
 static int read_hf_config(const char *dir, gj_config *c) {
-  char p[1200];
-  snprintf(p, sizeof p, "%s/config.json", dir);
+  char p[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(p, sizeof p, dir, "config.json"));
+  GJ_TRY(gj_outfile_check_input(p, NULL, 0));
   json_error_t err;
   json_t *r = json_load_file(p, 0, &err);
   if (!r) return GJ_FAIL("%s: %s", p, err.text);
@@ -51,18 +53,24 @@ static int read_hf_config(const char *dir, gj_config *c) {
 
 /* name -> shard file, from model.safetensors.index.json, or the single model.safetensors */
 typedef struct {
-  char files[MAX_SHARDS][1200];
-  gj_st_file open[MAX_SHARDS];
+  char (*files)[GJ_PATH_BUF]; /* MAX_SHARDS */
+  gj_st_file *open;           /* MAX_SHARDS */
   int nfiles;
   json_t *map;
+  char index[GJ_PATH_BUF];    /* model.safetensors.index.json, "" if none */
 } hf_files;
 
 static int hf_open(hf_files *h, const char *dir) {
   memset(h, 0, sizeof *h);
-  char p[1200];
-  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  h->files = malloc(MAX_SHARDS * sizeof *h->files);
+  h->open = calloc(MAX_SHARDS, sizeof *h->open);
+  if (!h->files || !h->open) return GJ_FAIL("out of memory");
+  char p[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(p, sizeof p, dir, "model.safetensors.index.json"));
   struct stat st;
   if (!stat(p, &st)) {
+    GJ_TRY(gj_outfile_check_input(p, NULL, 0));
+    snprintf(h->index, sizeof h->index, "%s", p);
     json_error_t err;
     json_t *r = json_load_file(p, 0, &err);
     if (!r) return GJ_FAIL("%s: %s", p, err.text);
@@ -76,25 +84,41 @@ static int hf_open(hf_files *h, const char *dir) {
       if (!json_is_string(v) || strchr(json_string_value(v), '/'))
         return GJ_FAIL("%s: weight_map['%s'] is not a file name", p, k);
       int found = 0;
-      char f[1200];
-      snprintf(f, sizeof f, "%s/%s", dir, json_string_value(v));
+      char f[GJ_PATH_BUF];
+      GJ_TRY(gj_path_join(f, sizeof f, dir, json_string_value(v)));
       for (int i = 0; i < h->nfiles; i++) found |= !strcmp(h->files[i], f);
       if (!found) {
         if (h->nfiles == MAX_SHARDS) return GJ_FAIL("%s: more than %d shards", p, MAX_SHARDS);
-        snprintf(h->files[h->nfiles++], 1200, "%s", f);
+        memcpy(h->files[h->nfiles++], f, sizeof f);
       }
     }
   } else {
-    snprintf(h->files[0], 1200, "%s/model.safetensors", dir);
+    GJ_TRY(gj_path_join(h->files[0], sizeof h->files[0], dir, "model.safetensors"));
     h->nfiles = 1;
   }
-  for (int i = 0; i < h->nfiles; i++) GJ_TRY(gj_st_open(&h->open[i], h->files[i]));
+  for (int i = 0; i < h->nfiles; i++) {
+    GJ_TRY(gj_outfile_check_input(h->files[i], NULL, GJ_IN_SEEK));
+    GJ_TRY(gj_st_open(&h->open[i], h->files[i]));
+  }
   return 0;
 }
 
 static void hf_close(hf_files *h) {
-  for (int i = 0; i < h->nfiles; i++) gj_st_close(&h->open[i]);
+  for (int i = 0; h->open && i < h->nfiles; i++) gj_st_close(&h->open[i]);
   json_decref(h->map);
+  free(h->files), free(h->open);
+}
+
+/* --out must not replace any file it is converted from */
+static int from_hf_plan(const hf_files *h, const char *dir, const char *out) {
+  gj_file_ref ins[MAX_SHARDS + 2], o = {"--out", out};
+  char cfg[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(cfg, sizeof cfg, dir, "config.json"));
+  int n = 0;
+  ins[n++] = (gj_file_ref){"input", cfg};
+  if (*h->index) ins[n++] = (gj_file_ref){"input", h->index};
+  for (int i = 0; i < h->nfiles; i++) ins[n++] = (gj_file_ref){"input", h->files[i]};
+  return gj_outfile_plan(&o, 1, ins, n);
 }
 
 static int hf_find(hf_files *h, const char *name, gj_st_file **f, const gj_st_tensor **t) {
@@ -125,7 +149,8 @@ static int from_hf(const char *dir, const char *out) {
     }
   gj_ckpt_writer w;
   int begun = 0;
-  if (!rc) rc = gj_ckpt_writer_begin(&w, out, &c), begun = 1;
+  if (!rc) rc = from_hf_plan(&h, dir, out);
+  if (!rc) rc = gj_ckpt_writer_begin(&w, out, &c), begun = !rc;
   for (int i = 0; i < l.n && !rc; i++) {
     const gj_tensor *t = &l.t[i];
     gj_st_file *f = NULL;
@@ -154,14 +179,60 @@ static int from_hf(const char *dir, const char *out) {
   return rc;
 }
 
+/* config.json of HF's GPTJConfig for c */
+static json_t *hf_config_json(const gj_config *c, gj_st_dtype dt) {
+  json_t *j = json_object();
+  json_object_set_new(j, "architectures", json_pack("[s]", "GPTJForCausalLM"));
+  json_object_set_new(j, "model_type", json_string("gptj"));
+  json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
+  json_object_set_new(j, "n_positions", json_integer(c->n_positions));
+  json_object_set_new(j, "n_embd", json_integer(c->n_embd));
+  json_object_set_new(j, "n_layer", json_integer(c->n_layer));
+  json_object_set_new(j, "n_head", json_integer(c->n_head));
+  json_object_set_new(j, "rotary_dim", json_integer(c->rotary_dim));
+  json_object_set_new(j, "n_inner", json_integer(c->n_inner));
+  json_object_set_new(j, "layer_norm_epsilon", json_real(c->layer_norm_epsilon));
+  json_object_set_new(j, "activation_function", json_string("gelu_new"));
+  json_object_set_new(j, "resid_pdrop", json_real(0.0));
+  json_object_set_new(j, "embd_pdrop", json_real(0.0));
+  json_object_set_new(j, "attn_pdrop", json_real(0.0));
+  json_object_set_new(j, "initializer_range", json_real(0.02));
+  json_object_set_new(j, "bos_token_id", json_integer(50256));
+  json_object_set_new(j, "eos_token_id", json_integer(50256));
+  json_object_set_new(j, "tie_word_embeddings", json_false());
+  json_object_set_new(j, "use_cache", json_true());
+  json_object_set_new(j, "torch_dtype", json_string(dt == GJ_ST_F32 ? "float32" : "bfloat16"));
+  return j;
+}
+
+/* The directory of --to-hf exists (made if need be), and neither output replaces the
+ * checkpoint being read; a sharded model already there would shadow the new file (readers
+ * prefer model.safetensors.index.json), so it is refused too. */
+static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, const char *cfg_path) {
+  struct stat st;
+  if (mkdir(dir, 0755) && errno != EEXIST) return GJ_FAIL("--to-hf %s: %s", dir, strerror(errno));
+  if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("--to-hf %s: not a directory", dir);
+  char idx[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(idx, sizeof idx, dir, "model.safetensors.index.json"));
+  if (!lstat(idx, &st))
+    return GJ_FAIL("--to-hf %s: holds a sharded model (model.safetensors.index.json), which readers would "
+                   "take instead of the model.safetensors written here; remove it or give another directory", dir);
+  gj_file_ref outs[2] = {{"output", st_path}, {"output", cfg_path}}, in = {"--checkpoint", ckpt};
+  return gj_outfile_plan(outs, 2, &in, 1);
+}
+
 static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_st_dtype dt;
   if (!strcmp(dtype, "float32")) dt = GJ_ST_F32;
   else if (!strcmp(dtype, "bfloat16")) dt = GJ_ST_BF16;
   else return GJ_FAIL("--dtype: expected float32 or bfloat16, got '%s'", dtype);
+  char st_path[GJ_PATH_BUF], cfg_path[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(st_path, sizeof st_path, dir, "model.safetensors"));
+  GJ_TRY(gj_path_join(cfg_path, sizeof cfg_path, dir, "config.json"));
+  GJ_TRY(gj_outfile_check_input(ckpt, "--checkpoint", GJ_IN_SEEK));
   gj_config c;
   GJ_TRY(gj_ckpt_read_config(ckpt, &c));
-  if (mkdir(dir, 0755) && errno != EEXIST) return GJ_FAIL("%s: %s", dir, strerror(errno));
+  GJ_TRY(to_hf_plan(ckpt, dir, st_path, cfg_path));
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, &c, 1, 0));
   const char **names = malloc(l.n * sizeof(char *));
@@ -188,43 +259,31 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   float *buf = malloc(mx * sizeof(float));
   hid_t f = -1;
   int rc = buf ? gj_h5_open_read(ckpt, &f) : GJ_FAIL("out of memory");
-  char p[1200];
-  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  /* Both files go to temporaries first (config.json, then the tensors); only when both are
+   * complete are they renamed into place, so a failure leaves the old ones as they were. */
+  gj_outfile cfg = {0};
+  if (!rc) rc = gj_outfile_begin(&cfg, cfg_path);
+  if (!rc) {
+    json_t *j = hf_config_json(&c, dt);
+    if (json_dump_file(j, cfg.tmp, JSON_INDENT(2) | JSON_SORT_KEYS))
+      rc = GJ_FAIL("%s: write failed (disk full?)", cfg.tmp);
+    json_decref(j);
+  }
   gj_st_writer w;
-  if (!rc) rc = gj_st_write_begin(&w, p, dt, l.n, sn, snd, (const int64_t(*)[2])ssh);
+  int begun = 0;
+  if (!rc) rc = gj_st_write_begin(&w, st_path, dt, l.n, sn, snd, (const int64_t(*)[2])ssh), begun = !rc;
   for (int i = 0; i < l.n && !rc; i++) {
     const gj_tensor *t = &l.t[order[i]];
     rc = gj_ckpt_read_tensor(ckpt, f, t, buf);
     if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
   }
-  if (!rc) rc = gj_st_write_end(&w);
-  if (buf && f >= 0) H5Fclose(f);
-  if (!rc) {
-    json_t *j = json_object();
-    json_object_set_new(j, "architectures", json_pack("[s]", "GPTJForCausalLM"));
-    json_object_set_new(j, "model_type", json_string("gptj"));
-    json_object_set_new(j, "vocab_size", json_integer(c.vocab_size));
-    json_object_set_new(j, "n_positions", json_integer(c.n_positions));
-    json_object_set_new(j, "n_embd", json_integer(c.n_embd));
-    json_object_set_new(j, "n_layer", json_integer(c.n_layer));
-    json_object_set_new(j, "n_head", json_integer(c.n_head));
-    json_object_set_new(j, "rotary_dim", json_integer(c.rotary_dim));
-    json_object_set_new(j, "n_inner", json_integer(c.n_inner));
-    json_object_set_new(j, "layer_norm_epsilon", json_real(c.layer_norm_epsilon));
-    json_object_set_new(j, "activation_function", json_string("gelu_new"));
-    json_object_set_new(j, "resid_pdrop", json_real(0.0));
-    json_object_set_new(j, "embd_pdrop", json_real(0.0));
-    json_object_set_new(j, "attn_pdrop", json_real(0.0));
-    json_object_set_new(j, "initializer_range", json_real(0.02));
-    json_object_set_new(j, "bos_token_id", json_integer(50256));
-    json_object_set_new(j, "eos_token_id", json_integer(50256));
-    json_object_set_new(j, "tie_word_embeddings", json_false());
-    json_object_set_new(j, "use_cache", json_true());
-    json_object_set_new(j, "torch_dtype", json_string(dt == GJ_ST_F32 ? "float32" : "bfloat16"));
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    if (json_dump_file(j, p, JSON_INDENT(2) | JSON_SORT_KEYS)) rc = GJ_FAIL("%s: write failed", p);
-    json_decref(j);
+  if (begun) {
+    int e = gj_st_write_end(&w, !rc);
+    if (!rc) rc = e;
   }
+  if (!rc) rc = gj_outfile_commit(&cfg);
+  gj_outfile_abort(&cfg);
+  if (buf && f >= 0) H5Fclose(f);
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
   free(names), free(nd), free(shapes), free(order), free(sn), free(snd), free(ssh), free(buf);
   gj_layout_free(&l);

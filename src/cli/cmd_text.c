@@ -1,4 +1,7 @@
-/* gptj encode / gptj decode: text <-> GPT-2 token ids on stdin/stdout. */
+/* gptj encode / gptj decode: text <-> GPT-2 token ids on stdin/stdout. Not MPI commands:
+ * stdin is read whole (a pipe, a FIFO or a file), then the result is written to stdout;
+ * a write error (a full disk, a closed stdout) is an error, not a short output. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +15,7 @@ static int read_stream(FILE *f, const char *what, gj_bytes *b) {
   char buf[1 << 16];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) GJ_TRY(gj_bytes_append(b, buf, n));
-  if (ferror(f)) return GJ_FAIL("%s: read error", what);
+  if (ferror(f)) return GJ_FAIL("%s: read error: %s", what, strerror(errno));
   if (!b->v) GJ_TRY(gj_bytes_append(b, "", 0));
   return 0;
 }
@@ -44,7 +47,7 @@ int gj_cmd_encode(int argc, char **argv) {
   if (!rc) {
     for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.v[i]);
     printf("\n");
-    if (fflush(stdout)) rc = GJ_FAIL("stdout: write error");
+    if (fflush(stdout) || ferror(stdout)) rc = GJ_FAIL("stdout: write error: %s", strerror(errno));
   }
   free(in.v), free(ids.v);
   gj_tokenizer_free(t);
@@ -84,8 +87,8 @@ int gj_cmd_decode(int argc, char **argv) {
     p = end;
   }
   if (!rc) rc = gj_tokenizer_decode(t, ids.v, ids.n, &out);
-  if (!rc && (fwrite(out.v, 1, out.n, stdout) != out.n || fflush(stdout)))
-    rc = GJ_FAIL("stdout: write error");
+  if (!rc && (fwrite(out.v, 1, out.n, stdout) != out.n || fflush(stdout) || ferror(stdout)))
+    rc = GJ_FAIL("stdout: write error: %s", strerror(errno));
   free(in.v), free(out.v), free(ids.v);
   gj_tokenizer_free(t);
   return rc;

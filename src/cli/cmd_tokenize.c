@@ -11,14 +11,33 @@
 #include "common.h"
 #include "io/dataset.h"
 #include "io/docs.h"
+#include "io/outfile.h"
 #include "io/tokenizer.h"
 #include "parallel/grid.h"
 
 #define MAX_INPUTS 256
 
-/* Tokenize the documents idx[lo..hi) and gather (tokens, per-document lengths) onto rank 0. */
+static int abort_outputs(gj_outfile *o, int rc) {
+  gj_outfile_abort(&o[0]), gj_outfile_abort(&o[1]);
+  return rc;
+}
+
+/* --out and --valid-out replace neither an input nor each other */
+static int plan_outputs(const char *out, const char *valid_out, const char *dir, char **inputs, int nin) {
+  gj_file_ref outs[2] = {{"--out", out}, {"--valid-out", valid_out}}, ins[MAX_INPUTS + 2];
+  char enc[GJ_PATH_BUF], bpe[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(enc, sizeof enc, dir, "encoder.json"));
+  GJ_TRY(gj_path_join(bpe, sizeof bpe, dir, "vocab.bpe"));
+  for (int i = 0; i < nin; i++) ins[i] = (gj_file_ref){"input", inputs[i]};
+  ins[nin] = (gj_file_ref){"vocabulary file", enc}, ins[nin + 1] = (gj_file_ref){"vocabulary file", bpe};
+  return gj_outfile_plan(outs, valid_out ? 2 : 1, ins, nin + 2);
+}
+
+/* Tokenize the documents idx[lo..hi), gather (tokens, per-document lengths) onto rank 0 and
+ * write them to the temporary of o (rank 0; the caller renames the outputs together). */
 static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *idx, size_t nidx,
-                        const char *out, const char *source, int rank, int size, size_t total_bytes) {
+                        gj_outfile *o, const char *source, int rank, int size, size_t total_bytes) {
+  const char *out = o->path;
   size_t lo = nidx * rank / size, hi = nidx * (rank + 1) / size;
   gj_ids ids = {0};
   uint64_t *lens = malloc((hi - lo + 1) * sizeof(uint64_t));
@@ -89,7 +108,7 @@ static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *id
   if (rank == 0 && !rc) {
     uint64_t nbytes = 0;
     for (size_t i = 0; i < nidx; i++) nbytes += docs->off[idx[i] + 1] - docs->off[idx[i]];
-    rc = gj_dataset_write(out, tok, ntok, offs, nidx, nbytes, source);
+    rc = gj_dataset_write_tmp(o, tok, ntok, offs, nidx, nbytes, source);
     if (!rc)
       gj_info("%s: %zu documents, %llu tokens, %llu bytes (%.3f bytes/token)", out, nidx,
               (unsigned long long)ntok, (unsigned long long)nbytes, ntok ? (double)nbytes / ntok : 0.0);
@@ -124,17 +143,27 @@ int gj_cmd_tokenize(int argc, char **argv) {
   if (!rc && nin == 0) rc = GJ_FAIL("no input files (see --help)");
   if (!rc && (frac > 0) != (valid_out != NULL))
     rc = GJ_FAIL("--valid-fraction and --valid-out go together");
+  /* Before any work: every input readable by every rank, and on rank 0 (the writer) the
+   * outputs neither an input (the vocabulary files included) nor each other. */
+  for (int i = 0; i < nin && !rc; i++) rc = gj_outfile_check_input(inputs[i], NULL, GJ_IN_STDIN);
+  gj_outfile o[2];
+  memset(o, 0, sizeof o);
+  int nout = valid_out ? 2 : 1;
+  if (!rc && rank == 0) rc = plan_outputs(out, valid_out, dir, inputs, nin);
+  if (!rc && rank == 0) rc = gj_outfile_begin(&o[0], out);
+  if (!rc && rank == 0 && valid_out) rc = gj_outfile_begin(&o[1], valid_out);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return abort_outputs(o, rc);
   gj_tokenizer *t = NULL;
-  if (!rc) rc = gj_tokenizer_load(&t, dir);
+  rc = gj_tokenizer_load(&t, dir);
   gj_docs docs = {0};
   for (int i = 0; i < nin && !rc; i++) rc = gj_docs_read(&docs, inputs[i]);
   if (!rc && docs.ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) {
     gj_tokenizer_free(t);
     gj_docs_free(&docs);
-    return rc;
+    return abort_outputs(o, rc);
   }
-  char source[2048] = "";
+  char source[2048] = ""; /* an attribute: a long list of inputs is cut */
   for (int i = 0; i < nin; i++) {
     const char *b = strrchr(inputs[i], '/');
     size_t l = strlen(source);
@@ -153,10 +182,12 @@ int gj_cmd_tokenize(int argc, char **argv) {
     rc = GJ_FAIL("--valid-fraction %g leaves an empty split of %zu documents", frac, docs.ndocs);
   size_t total = 0;
   for (size_t i = 0; i < docs.ndocs; i++) total += docs.off[i + 1] - docs.off[i];
-  if (!rc) rc = tokenize_set(t, &docs, tr, ntr, out, source, rank, size, total);
-  if (!rc && nva) rc = tokenize_set(t, &docs, va, nva, valid_out, source, rank, size, total);
+  if (!rc) rc = tokenize_set(t, &docs, tr, ntr, &o[0], source, rank, size, total);
+  if (!rc && nva) rc = tokenize_set(t, &docs, va, nva, &o[1], source, rank, size, total);
   free(tr), free(va);
   gj_tokenizer_free(t);
   gj_docs_free(&docs);
-  return rc;
+  /* both files complete: rename them into place together */
+  for (int i = 0; i < nout && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
+  return abort_outputs(o, gj_agree(MPI_COMM_WORLD, rc));
 }

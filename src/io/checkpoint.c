@@ -711,15 +711,17 @@ int gj_ckpt_info(const char *path) {
 
 int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c) {
   memset(w, 0, sizeof *w);
-  snprintf(w->path, sizeof w->path, "%s", path);
-  snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+  w->f = -1;
+  GJ_TRY(gj_outfile_begin(&w->out, path));
   gj_h5_quiet();
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-  hid_t f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  hid_t f = H5Fcreate(w->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (f < 0) return GJ_FAIL("%s: cannot create (directory missing or not writable?)", w->tmp);
-  w->f = f;
+  if (f < 0) {
+    gj_outfile_abort(&w->out);
+    return GJ_FAIL("%s: cannot create (directory missing or not writable?)", w->out.tmp);
+  }
   gj_config cc = *c;
   int rc = 0;
   rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
@@ -731,7 +733,14 @@ int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c
   rc |= gj_h5_write_attr_i64(f, "has_optim", 0);
   for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&cc, i));
   rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c->layer_norm_epsilon);
-  return rc ? GJ_FAIL("%s: cannot write attributes", w->tmp) : 0;
+  if (rc) {
+    rc = GJ_FAIL("%s: cannot write attributes", w->out.tmp);
+    H5Fclose(f);
+    gj_outfile_abort(&w->out);
+    return rc;
+  }
+  w->f = f;
+  return 0;
 }
 
 int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data, int ndim,
@@ -744,21 +753,18 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
   hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
   hid_t as = H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_FAIL("%s: cannot write crc32 of %s", w->tmp, p) : 0;
+  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_FAIL("%s: cannot write crc32 of %s", w->out.tmp, p) : 0;
   if (a >= 0) H5Aclose(a);
   H5Sclose(as), H5Dclose(d);
   return rc;
 }
 
 int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok) {
-  int rc = H5Fclose((hid_t)w->f) < 0 ? GJ_FAIL("%s: cannot close (disk full?)", w->tmp) : 0;
-  if (ok && !rc) {
-    int fd = open(w->tmp, O_RDONLY);
-    if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed", w->tmp);
-    if (fd >= 0) close(fd);
-    if (!rc && rename(w->tmp, w->path)) rc = GJ_FAIL("%s: rename failed: %s", w->path, strerror(errno));
-  }
-  if (!ok || rc) unlink(w->tmp);
+  if (w->f < 0) return 0;
+  int rc = H5Fclose((hid_t)w->f) < 0 && ok ? GJ_FAIL("%s: cannot close (disk full?)", w->out.tmp) : 0;
+  w->f = -1;
+  if (ok && !rc) return gj_outfile_commit(&w->out);
+  gj_outfile_abort(&w->out);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "io/loader.h"
+#include "io/outfile.h"
 #include "model/gptj.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -33,9 +34,11 @@ int gj_ckpt_read_config(const char *path, gj_config *c);
  * time under its HF name with its global shape, end (atomic rename). Loading such a file
  * restores the parameters and starts the optimizer, schedule and data order afresh. */
 typedef struct {
-  long long f; /* hid_t */
-  char path[1024], tmp[1100];
+  long long f; /* hid_t of out.tmp; -1 when not open */
+  gj_outfile out;
 } gj_ckpt_writer;
+/* end(ok) syncs and renames the temporary into place, end(!ok) removes it; a failed begin
+ * leaves nothing to end. */
 int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c);
 int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data, int ndim,
                           int64_t rows, int64_t cols);

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "io/h5util.h"
+#include "io/outfile.h"
 #include "io/tokenizer.h"
 
 #define TOKENS_CHUNK ((hsize_t)1 << 20)
@@ -16,8 +17,18 @@
 int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens,
                      const uint64_t *doc_offsets, uint64_t n_docs, uint64_t n_bytes,
                      const char *source) {
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  gj_outfile o;
+  GJ_TRY(gj_outfile_begin(&o, path));
+  int rc = gj_dataset_write_tmp(&o, tokens, n_tokens, doc_offsets, n_docs, n_bytes, source);
+  if (rc) gj_outfile_abort(&o);
+  else rc = gj_outfile_commit(&o);
+  return rc;
+}
+
+int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_tokens,
+                         const uint64_t *doc_offsets, uint64_t n_docs, uint64_t n_bytes,
+                         const char *source) {
+  const char *tmp = o->tmp;
   gj_h5_quiet();
   /* No timestamps in object headers: the same input gives the same bytes. */
   hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -61,8 +72,6 @@ int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens
     if (rc) rc = GJ_FAIL("%s: cannot write attributes", tmp);
   }
   if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
-  if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: cannot rename into place: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
   return rc;
 }
 

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/outfile.h"
+
 typedef struct {
   uint16_t *tokens;
   uint64_t n_tokens;
@@ -17,7 +19,8 @@ typedef struct {
   char path[1024];
 } gj_dataset;
 
-/* Write a dataset file atomically (temporary name, then rename). */
+/* Write a dataset file atomically (io/outfile.h: temporary name, sync, rename, directory sync;
+ * the temporary is removed on failure or a stop signal). */
 int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens,
                      const uint64_t *doc_offsets, uint64_t n_docs, uint64_t n_bytes,
                      const char *source);
@@ -25,5 +28,10 @@ int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens
  * 0: check against the file's own vocab_size only). */
 int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab);
 void gj_dataset_free(gj_dataset *d);
+/* The same into the temporary of o (gj_outfile_begin done), for a caller that renames several
+ * outputs together: it commits or aborts o itself. */
+int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_tokens,
+                         const uint64_t *doc_offsets, uint64_t n_docs, uint64_t n_bytes,
+                         const char *source);
 
 #endif

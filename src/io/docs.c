@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 static int pool_add(gj_docs *d, const char *s, size_t n) {
   if (d->n + n > d->cap) {
@@ -35,11 +37,18 @@ static int doc_end(gj_docs *d) {
 }
 
 static int read_all(const char *path, char **buf, size_t *len) {
-  struct stat st;
-  if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected a text file", path);
-  gzFile g = gzopen(path, "rb"); /* reads plain files as they are */
-  if (!g) return GJ_FAIL("%s: %s", path, strerror(errno ? errno : EIO));
+  /* Every rank reads its inputs itself: under mpirun they must be regular files. One rank
+   * also reads a FIFO, a device or stdin ("-"), as a stream. */
+  GJ_TRY(gj_outfile_check_input(path, NULL, GJ_IN_STDIN));
+  int in = !strcmp(path, "-") ? dup(0) : -1;
+  if (!strcmp(path, "-") && in < 0) return GJ_FAIL("-: stdin: %s", strerror(errno));
+  errno = 0;
+  gzFile g = in >= 0 ? gzdopen(in, "rb") : gzopen(path, "rb"); /* reads plain files as they are */
+  if (!g) {
+    int e = errno ? errno : EIO;
+    if (in >= 0) close(in);
+    return GJ_FAIL("%s: %s", path, strerror(e));
+  }
   gzbuffer(g, 1 << 17);
   size_t cap = 1 << 20, n = 0;
   char *b = malloc(cap);

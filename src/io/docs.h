@@ -13,8 +13,9 @@ typedef struct {
   size_t ndocs, offcap;
 } gj_docs;
 
-/* Append the documents of path. JSONL when the name ends in .jsonl or .json (before an
- * optional .gz); errors name the file and line. */
+/* Append the documents of path ("-": stdin, one rank only). JSONL when the name ends in
+ * .jsonl or .json (before an optional .gz); errors name the file and line. Under mpirun with
+ * more than one rank every rank reads path itself, so it must be a regular file. */
 int gj_docs_read(gj_docs *d, const char *path);
 void gj_docs_free(gj_docs *d);
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 static char *trim(char *s) {
   while (isspace((unsigned char)*s)) s++;
@@ -17,16 +18,15 @@ static char *trim(char *s) {
 }
 
 int gj_kvconf_read(const char *path, gj_kv_fn fn, void *ctx) {
-  struct stat st;
-  if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected a config file", path);
+  /* every rank reads the file itself: under mpirun it must be a regular file */
+  GJ_TRY(gj_outfile_check_input(path, NULL, 0));
   FILE *f = fopen(path, "r");
   if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
   int lineno = 0, rc = 0;
-  char where[1100];
+  char where[GJ_PATH_BUF + 16];
   while (!rc && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
     snprintf(where, sizeof where, "%s:%d", path, lineno);

@@ -1,5 +1,6 @@
 /* `key = value` configuration files: one pair per line, `#` starts a comment, blank lines
- * ignored. Errors name the file and line. */
+ * ignored. Errors name the file and line. Every rank reads the file itself, so under mpirun
+ * with more than one rank it must be a regular file (io/outfile.h); one rank also reads a FIFO. */
 #ifndef GJ_IO_KVCONF_H
 #define GJ_IO_KVCONF_H
 

@@ -164,7 +164,6 @@ int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
 int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int n,
                       const char *const *names, const int *ndims, const int64_t (*shapes)[2]) {
   memset(w, 0, sizeof *w);
-  snprintf(w->path, sizeof w->path, "%s", path);
   w->dtype = dtype;
   json_t *root = json_object(), *meta = json_object();
   json_object_set_new(meta, "format", json_string("pt"));
@@ -186,8 +185,14 @@ int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int 
   json_decref(root);
   if (!hdr) return GJ_FAIL("out of memory");
   size_t hl = strlen(hdr), pad = (8 - hl % 8) % 8; /* data aligned to 8 bytes */
-  w->f = fopen(path, "wb");
-  if (!w->f) return free(hdr), GJ_FAIL("%s: %s", path, strerror(errno));
+  int rc = gj_outfile_begin(&w->out, path);
+  if (rc) return free(hdr), rc;
+  w->f = fopen(w->out.tmp, "wb");
+  if (!w->f) {
+    rc = GJ_FAIL("%s: %s", w->out.tmp, strerror(errno));
+    gj_outfile_abort(&w->out);
+    return free(hdr), rc;
+  }
   unsigned char lb[8];
   uint64_t total = hl + pad;
   for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(total >> (8 * i));
@@ -195,26 +200,41 @@ int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int 
   for (size_t i = 0; i < pad; i++) bad |= fputc(' ', w->f) == EOF;
   free(hdr);
   w->data_start = 8 + total;
-  return bad ? GJ_FAIL("%s: write failed", path) : 0;
+  if (!bad) return 0;
+  rc = GJ_FAIL("%s: write failed: %s", w->out.tmp, strerror(errno));
+  fclose(w->f), w->f = NULL;
+  gj_outfile_abort(&w->out);
+  return rc;
 }
 
 int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel) {
   if (w->dtype == GJ_ST_F32) {
-    if (fwrite(data, 4, numel, w->f) != numel) return GJ_FAIL("%s: write failed (disk full?)", w->path);
+    if (fwrite(data, 4, numel, w->f) != numel) return GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
     return 0;
   }
   uint16_t buf[65536];
   for (uint64_t i = 0; i < numel;) {
     size_t k = (size_t)GJ_MIN((uint64_t)65536, numel - i);
     for (size_t j = 0; j < k; j++) buf[j] = gj_f32_to_bf16(data[i + j]);
-    if (fwrite(buf, 2, k, w->f) != k) return GJ_FAIL("%s: write failed (disk full?)", w->path);
+    if (fwrite(buf, 2, k, w->f) != k) return GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
     i += k;
   }
   return 0;
 }
 
-int gj_st_write_end(gj_st_writer *w) {
-  int bad = fflush(w->f) != 0 || fclose(w->f) != 0;
+int gj_st_write_end(gj_st_writer *w, int ok) {
+  if (!w->f) return 0;
+  int bad = fflush(w->f) != 0;
+  bad |= fclose(w->f) != 0;
   w->f = NULL;
-  return bad ? GJ_FAIL("%s: write failed (disk full?)", w->path) : 0;
+  if (!ok) {
+    gj_outfile_abort(&w->out);
+    return 0;
+  }
+  if (bad) {
+    int rc = GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
+    gj_outfile_abort(&w->out);
+    return rc;
+  }
+  return gj_outfile_commit(&w->out);
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "io/outfile.h"
+
 typedef enum { GJ_ST_F32, GJ_ST_F16, GJ_ST_BF16 } gj_st_dtype;
 
 typedef struct {
@@ -31,17 +33,20 @@ const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name);
 /* Read tensor t converted to float32 into out (numel floats). */
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out);
 
-/* Writing: give the tensors (names, shapes, dtype) first, then their data in the same order. */
+/* Writing: give the tensors (names, shapes, dtype) first, then their data in the same order,
+ * then end. The data goes to a temporary file beside path (io/outfile.h) that end(ok) syncs
+ * and renames into place and end(!ok) removes: a failure leaves an old file at path as it
+ * was. A failed begin leaves nothing to end. */
 typedef struct {
   FILE *f;
-  char path[1024];
+  gj_outfile out;
   gj_st_dtype dtype;
   uint64_t data_start;
 } gj_st_writer;
 int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int n,
                       const char *const *names, const int *ndims, const int64_t (*shapes)[2]);
 int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel);
-int gj_st_write_end(gj_st_writer *w);
+int gj_st_write_end(gj_st_writer *w, int ok);
 
 /* Exact conversions. */
 float gj_f16_to_f32(uint16_t h);

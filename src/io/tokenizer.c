@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 /* ---- a hash map from byte strings to a pair of ints, keys kept in a pool ---- */
 typedef struct {
@@ -308,11 +309,18 @@ int gj_tokenizer_load(gj_tokenizer **out, const char *dir) {
   byte_unicode_table(cp);
   for (int i = 0; i < 512; i++) inv[i] = -1;
   for (int b = 0; b < 256; b++) inv[cp[b]] = b;
-  char enc[4096], bpe[4096];
-  snprintf(enc, sizeof enc, "%s/encoder.json", dir);
-  snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+  char enc[GJ_PATH_BUF], bpe[GJ_PATH_BUF];
+  /* every rank reads these files itself (io/outfile.h: regular files under mpirun) */
+  int rc = gj_path_join(enc, sizeof enc, dir, "encoder.json");
+  if (!rc) rc = gj_path_join(bpe, sizeof bpe, dir, "vocab.bpe");
+  if (!rc) rc = gj_outfile_check_input(enc, NULL, 0);
+  if (!rc) rc = gj_outfile_check_input(bpe, NULL, 0);
+  if (rc) {
+    free(t);
+    return rc;
+  }
   bmap str2id;
-  int rc = bmap_init(&str2id, 1 << 17) ? GJ_FAIL("out of memory") : 0;
+  rc = bmap_init(&str2id, 1 << 17) ? GJ_FAIL("out of memory") : 0;
   if (!rc) rc = load_encoder(t, enc, inv, &str2id);
   if (!rc) rc = load_merges(t, bpe, inv, &str2id);
   bmap_free(&str2id);
@@ -498,12 +506,17 @@ int gj_tokenizer_decode(const gj_tokenizer *t, const int32_t *ids, size_t n, gj_
 }
 
 const char *gj_tokenizer_default_dir(void) {
-  static char buf[4096];
+  static char buf[GJ_PATH_BUF], *big = NULL;
   const char *env = getenv("GJ_DATA_DIR");
   struct stat st;
   if (env && *env) {
-    snprintf(buf, sizeof buf, "%s/gpt2", env);
-    return buf;
+    /* any length: a path too long is refused where it is used, not truncated here */
+    size_t n = strlen(env) + sizeof "/gpt2";
+    if (n <= sizeof buf) return snprintf(buf, sizeof buf, "%s/gpt2", env), buf;
+    free(big);
+    if (!(big = malloc(n))) return env;
+    snprintf(big, n, "%s/gpt2", env);
+    return big;
   }
   snprintf(buf, sizeof buf, "%s/gpt2", GJ_PKGDATADIR);
   if (!stat(buf, &st)) return buf;
