@@ -14,6 +14,7 @@
 #include "cli/gemmopts.h"
 #include "cli/modelopts.h"
 #include "common.h"
+#include "io/outfile.h"
 #include "model/flops.h"
 #include "model/gemm.h"
 #include "model/gptj.h"
@@ -51,6 +52,7 @@ int gj_cmd_bench(int argc, char **argv) {
   if (rc) return rc > 0 ? 0 : rc;
   gj_config c = mo.config;
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
+  if (json) GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", json}, 1, NULL, 0)); /* before the work */
   gj_grid g;
   rc = gj_grid_init(&g, (int)tp);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
@@ -137,9 +139,12 @@ int gj_cmd_bench(int argc, char **argv) {
   gj_info("GEMM: %.3f GFLOP per step at %.2f GFLOP/s of step time | the backend on the step's products alone %.2f GFLOP/s | GEMM efficiency %.1f%%",
           gemm_flops / 1e9, gemm_flops / step / 1e9, gemm_rate / 1e9, 100 * geff);
   gj_info("peak RSS per rank: %.0f MB (max over ranks)", rss_max / 1e6);
-  if (json && g.rank == 0) {
-    FILE *f = fopen(json, "w");
-    if (!f) return GJ_FAIL("--json %s: cannot write", json);
+  rc = 0;
+  if (json && g.rank == 0) { /* under a temporary name, synced, renamed */
+    gj_outfile of;
+    GJ_TRY(gj_outfile_begin(&of, json));
+    FILE *f = fopen(of.tmp, "w");
+    if (!f) return gj_outfile_abort(&of), GJ_FAIL("--json %s: cannot write", json);
     fprintf(f, "{\"preset\": \"%s\", \"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
             "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
             "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
@@ -152,8 +157,10 @@ int gj_cmd_bench(int argc, char **argv) {
             "\"peak_how\": \"%s\", \"mfu\": %.4f, \"gemm_flops_per_step\": %.6g, "
             "\"gemm_backend_flops_per_s\": %.6g, \"gemm_eff\": %.4f, \"peak_rss_bytes\": %.0f}\n",
             other, flops_rank, peak, peak_how, mfu, gemm_flops, gemm_rate, geff, rss_max);
-    if (fclose(f)) return GJ_FAIL("--json %s: write failed", json);
+    if (fclose(f)) rc = GJ_FAIL("--json %s: write failed", json), gj_outfile_abort(&of);
+    else rc = gj_outfile_commit(&of);
   }
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   free(ids), free(tg), free(st);
   gj_dp_free(&dp);
   gj_model_free(&m);

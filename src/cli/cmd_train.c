@@ -205,6 +205,9 @@ static int claim_run_dir(const train_opts *o, int rank) {
   if (rank == 0) {
     rc = gj_rundir_create(o->run_dir);
     if (!rc) rc = gj_rundir_lock(o->run_dir);
+    int removed = 0;
+    if (!rc) rc = gj_rundir_clean_tmp(o->run_dir, &removed);
+    if (removed) gj_info("%s: removed %d temporary file(s) of an interrupted run", o->run_dir, removed);
     if (!rc && !strcmp(o->resume, "none") && !o->overwrite) {
       int64_t *steps = NULL;
       int n = 0;

@@ -427,14 +427,14 @@ static int64_t *cfg_field(gj_config *c, int i) {
 
 int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int compress) {
   gj_grid *g = m->g;
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[GJ_PATH_BUF + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path); /* one name for every rank; the run's lock makes it ours */
   gj_h5_quiet();
   /* Room for the file first: HDF5 1.10 can hang in the collective close of a file whose
    * write failed for lack of space, so a full disk is refused before anything is written. */
   int rc = 0;
   if (g->rank == 0) {
-    char dir[1100];
+    char dir[GJ_PATH_BUF];
     snprintf(dir, sizeof dir, "%s", path);
     char *sl = strrchr(dir, '/');
     if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
@@ -448,13 +448,17 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
     }
   }
   if ((rc = gj_agree(g->world, rc))) return rc;
+  if (g->rank == 0) gj_tmp_register(tmp); /* removed if a second interrupt ends the process */
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, g->world, MPI_INFO_NULL);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (f < 0) rc = GJ_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
-  if ((rc = gj_agree(g->world, rc))) return rc;
+  if ((rc = gj_agree(g->world, rc))) {
+    if (g->rank == 0) gj_tmp_unregister(tmp);
+    return rc;
+  }
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   /* Uncompressed, each rank's share is one contiguous run of the file: it writes it itself
@@ -519,7 +523,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
     /* A write failed on some rank (all agree by now). Closing would be collective and can
      * hang in HDF5 1.10 after a failed write: leave the handle (main turns off HDF5's
      * close-at-exit), remove the temporary file and report. */
-    if (g->rank == 0) unlink(tmp);
+    if (g->rank == 0) unlink(tmp), gj_tmp_unregister(tmp);
     return rc;
   }
   if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
@@ -528,7 +532,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
     if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
     if (fd >= 0) close(fd);
     if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
-    char dir[1100];
+    char dir[GJ_PATH_BUF];
     snprintf(dir, sizeof dir, "%s", path);
     char *sl = strrchr(dir, '/');
     if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
@@ -537,8 +541,10 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   }
   if ((rc = gj_agree(g->world, rc))) {
     if (g->rank == 0) unlink(tmp);
+    if (g->rank == 0) gj_tmp_unregister(tmp);
     return rc;
   }
+  if (g->rank == 0) gj_tmp_unregister(tmp);
   return 0;
 }
 

@@ -222,6 +222,26 @@ int gj_rundir_trim_metrics(const char *path, int64_t step) {
   return rc;
 }
 
+int gj_rundir_clean_tmp(const char *dir, int *removed) {
+  *removed = 0;
+  DIR *d = opendir(dir);
+  if (!d) return GJ_FAIL("%s: %s", dir, strerror(errno));
+  const char *ours[] = {"ckpt-", "latest.tmp", "config.conf.tmp.", "metrics.jsonl.tmp.", "lock.stale."};
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) && !rc) {
+    int match = 0;
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+      match |= !strncmp(e->d_name, ours[i], strlen(ours[i]));
+    if (!match || (!strstr(e->d_name, ".tmp") && strncmp(e->d_name, "lock.stale.", 11))) continue;
+    char p[GJ_PATH_BUF];
+    rc = gj_path_join(p, sizeof p, dir, e->d_name);
+    if (!rc && unlink(p) == 0) ++*removed;
+  }
+  closedir(d);
+  return rc;
+}
+
 /* ---- the lock ---- */
 
 static struct {

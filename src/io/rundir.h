@@ -40,6 +40,10 @@ int gj_rundir_drop_after(const char *dir, int64_t after, int *deleted);
  * checkpoint by a run that did not save again) are dropped, atomically. */
 int gj_rundir_trim_metrics(const char *path, int64_t step);
 
+/* Remove the temporaries a killed run left in dir (its checkpoint, latest, config.conf and
+ * metrics.jsonl being written); only with the lock held. *removed: how many. */
+int gj_rundir_clean_tmp(const char *dir, int *removed);
+
 /* Take dir's lock for this process (refused with the holder named), and release it. */
 int gj_rundir_lock(const char *dir);
 void gj_rundir_unlock(void);
