@@ -270,15 +270,38 @@ static int read_text(const char *path, char *buf, size_t n) {
   return 0;
 }
 
-/* Whether the lock text describes a process of this host that no longer runs. */
+/* A process's state letter and start time (clock ticks after boot) from /proc; 0 if it does
+ * not exist. */
+static int proc_state(long pid, unsigned long long *start) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+  if (read_text(p, buf, sizeof buf)) return 0;
+  char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  if (!rp || rp[1] != ' ') return 0;
+  char st = rp[2];
+  *start = 0;
+  char *f = rp + 2; /* fields 3.. ; the start time is field 22 */
+  for (int i = 3; i < 22 && f; i++) f = strchr(f + 1, ' ');
+  if (f) *start = strtoull(f + 1, NULL, 10);
+  return st;
+}
+
+/* Whether the lock text describes a process of this host that no longer runs (1: gone, a
+ * zombie, or its pid now another process's, by its start time), one that runs (0), or one of
+ * another host (-1). */
 static int holder_dead_here(const char *text) {
   long pid = 0;
+  unsigned long long start = 0, now_start = 0;
   char host[256] = "", me[256] = "";
-  const char *p = strstr(text, "pid "), *h = strstr(text, "host ");
+  const char *p = strstr(text, "pid "), *h = strstr(text, "host "), *t = strstr(text, "start ");
   if (!p || !h || sscanf(p, "pid %ld", &pid) != 1 || sscanf(h, "host %255s", host) != 1) return 0;
   gethostname(me, sizeof me - 1);
-  if (strcmp(host, me) || pid <= 0) return 0;
-  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+  if (strcmp(host, me) || pid <= 0) return -1;
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+  int st = proc_state(pid, &now_start);
+  if (!st) return 0; /* alive but not visible in /proc (another pid namespace): trust it */
+  if (st == 'Z' || st == 'X') return 1;
+  return t && sscanf(t, "start %llu", &start) == 1 && start != now_start;
 }
 
 static void *heartbeat(void *arg) {
@@ -315,8 +338,10 @@ int gj_rundir_lock(const char *dir) {
   snprintf(lk.token, sizeof lk.token, "%08lx%08lx", (unsigned long)getpid() ^ (unsigned long)now,
            (unsigned long)(gj_now() * 1e6));
   char text[1024];
-  snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s token %s\n", (long)getpid(),
-           host, job && *job ? job : "-", when, lk.token);
+  unsigned long long start = 0;
+  proc_state((long)getpid(), &start);
+  snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
+           (long)getpid(), host, job && *job ? job : "-", when, start, lk.token);
   for (int attempt = 0; attempt < 5; attempt++) {
     int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd >= 0) {
@@ -341,9 +366,20 @@ int gj_rundir_lock(const char *dir) {
     if (read_text(lk.path, held, sizeof held) || stat(lk.path, &st)) continue; /* just released */
     double age = difftime(time(NULL), st.st_mtime);
     int dead = holder_dead_here(held);
+    /* a holder of this host just killed (a restart right after kill -9) takes a moment to go */
+    int changed = 0;
+    for (int i = 0; i < 100 && dead == 0 && !changed; i++) {
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      char again[1024] = "";
+      changed = read_text(lk.path, again, sizeof again) || strcmp(again, held);
+      if (!changed) dead = holder_dead_here(held);
+    }
+    if (changed) continue; /* released or taken meanwhile: try again */
+    if (dead < 0) dead = 0;
     if (!dead && age < lk.stale_s) {
       held[strcspn(held, "\n")] = 0;
-      char *tok = strstr(held, " token ");
+      char *tok = strstr(held, " start ");
       if (tok) *tok = 0;
       return GJ_FAIL("--run-dir %s is in use by %s (lock %s, touched %.0f s ago; a crashed holder's "
                      "lock expires after %.0f s): wait for it, or use another --run-dir",
