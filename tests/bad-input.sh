@@ -43,6 +43,148 @@ PY
 mkdir -p "$w/vocab" && echo '{"a": 0,' > "$w/vocab/encoder.json" && cp "$top/data/gpt2/vocab.bpe" "$w/vocab/"
 # fixtures of the reliability classes (issue 15)
 # -- fixtures: sizes and types read from files
+# A small model (V 64, D 16, 1 layer: small.conf) with checkpoints and datasets written here,
+# valid (s_good.h5, small.h5) or with one hostile size or type each.
+printf 'vocab_size = 64\nn_positions = 32\nn_embd = 16\nn_layer = 1\nn_head = 2\nrotary_dim = 4\nn_inner = 32\n' > "$w/small.conf"
+/usr/bin/python3 - "$w" <<'PY'
+import sys, os, json, struct, zlib, h5py, numpy as np
+w = sys.argv[1]
+CFG = dict(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2, rotary_dim=4, n_inner=32)
+def names(V=64, D=16, L=1, F=32):
+    t = [("transformer.wte.weight", (V, D))]
+    for i in range(L):
+        p = "transformer.h.%d." % i
+        t += [(p + "ln_1.weight", (D,)), (p + "ln_1.bias", (D,)), (p + "attn.q_proj.weight", (D, D)),
+              (p + "attn.k_proj.weight", (D, D)), (p + "attn.v_proj.weight", (D, D)),
+              (p + "attn.out_proj.weight", (D, D)), (p + "mlp.fc_in.weight", (F, D)), (p + "mlp.fc_in.bias", (F,)),
+              (p + "mlp.fc_out.weight", (D, F)), (p + "mlp.fc_out.bias", (D,))]
+    return t + [("transformer.ln_f.weight", (D,)), ("transformer.ln_f.bias", (D,)),
+                ("lm_head.weight", (V, D)), ("lm_head.bias", (V,))]
+def put(obj, k, v):
+    if k in obj.attrs: del obj.attrs[k]
+    if v is not None: obj.attrs[k] = v
+def ckpt(name, attrs={}, optim={}, loader={}, dtype={}, tensors=True):
+    rng = np.random.default_rng(0)
+    with h5py.File(os.path.join(w, name), "w") as f:
+        f.attrs["format"] = np.bytes_("gptj-mpi-checkpoint")
+        for k, v in dict(format_version=1, step=1, tokens_seen=16, written_tp=1, written_dp=1, has_optim=1, **CFG).items():
+            f.attrs[k] = np.int64(v)
+        f.attrs["layer_norm_epsilon"] = 1e-5
+        for k, v in attrs.items(): put(f, k, v)
+        go, gl = f.create_group("optim"), f.create_group("loader")
+        for k, v in dict(lr=6e-4, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1, grad_clip=1.0, lr_floor=0.1).items():
+            go.attrs[k] = np.float64(v)
+        for k, v in dict(warmup=100, decay_steps=1000, step=1).items(): go.attrs[k] = np.int64(v)
+        for k, v in dict(seed=1234, epoch=0, cursor=1).items(): gl.attrs[k] = np.int64(v)
+        for k, v in optim.items(): put(go, k, v)
+        for k, v in loader.items(): put(gl, k, v)
+        if not tensors: return   # a few KB: the config alone decides
+        for pre in ("model", "optim/exp_avg", "optim/exp_avg_sq"):
+            for n, s in names():
+                a = (rng.standard_normal(s) * 0.02).astype(np.float32)
+                if pre != "model": a = np.abs(a) * 1e-3
+                dt = dtype.get(n) if pre == "model" else None
+                if dt: a = (a * 1000).astype(dt)   # its CRC: that of what a silent conversion gives
+                d = f.create_dataset(pre + "/" + n, data=a)
+                d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype(np.float32).tobytes()))
+def tokens(name, toks, offs=None, offs_dtype=np.uint64, declared=0, **attrs):
+    with h5py.File(os.path.join(w, name), "w") as f:
+        if declared: f.create_dataset("tokens", shape=(declared,), dtype=np.uint16, chunks=(1 << 16,))  # never written
+        else: f["tokens"] = toks
+        n = f["tokens"].shape[0]
+        f["doc_offsets"] = np.array([0, n] if offs is None else offs, dtype=offs_dtype)
+        f.attrs["format"] = np.bytes_("gptj-mpi-tokens")
+        for k, v in dict(format_version=1, vocab_size=64, eot_id=50256, n_docs=f["doc_offsets"].shape[0] - 1,
+                         n_tokens=n, n_bytes=4 * n).items():
+            f.attrs[k] = np.int64(v)
+        for k, v in attrs.items(): put(f, k, v)
+def hf(name, cfg={}, raw_cfg=None, header=None, extra={}, shards=False):
+    d = os.path.join(w, name); os.makedirs(d, exist_ok=True)
+    c = dict(CFG, layer_norm_epsilon=1e-5, activation_function="gelu_new")
+    for k, v in cfg.items():
+        if v is None: del c[k]
+        else: c[k] = v
+    with open(os.path.join(d, "config.json"), "w") as f: f.write(raw_cfg or json.dumps(c))
+    def write(path, items):
+        hdr, off = {}, 0
+        for n, s in items:
+            k = int(np.prod(s)) * 4
+            hdr[n] = dict(dtype="F32", shape=list(s), data_offsets=[off, off + k]); off += k
+        hdr.update(extra)
+        txt = (header(hdr) if header else json.dumps(hdr)).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(txt))); f.write(txt); f.write(np.zeros(off // 4, np.float32).tobytes())
+    if shards:   # every tensor in shard a, the first one in shard b too
+        write(os.path.join(d, "a.safetensors"), names()); write(os.path.join(d, "b.safetensors"), names()[:1])
+        wm = {n: "a.safetensors" for n, _ in names()}; wm["extra"] = "b.safetensors"
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f: json.dump(dict(weight_map=wm), f)
+    else:
+        write(os.path.join(d, "model.safetensors"), names())
+I64, U64, F64 = np.int64, np.uint64, np.float64
+ckpt("s_good.h5")
+# config attributes: sizes whose products overflow (n_positions 2^62 made eval and generate
+# write far past a heap buffer), values outside int64, fractions, non-finite numbers
+ckpt("s_pos.h5", attrs=dict(n_positions=I64(1 << 62)), tensors=False)
+ckpt("s_vocab.h5", attrs=dict(vocab_size=I64(1 << 40)), tensors=False)
+ckpt("s_embd.h5", attrs=dict(n_embd=I64(1 << 33)), tensors=False)
+ckpt("s_layer.h5", attrs=dict(n_layer=I64((1 << 32) + 1)), tensors=False)
+ckpt("s_inner.h5", attrs=dict(n_inner=I64(1 << 61)), tensors=False)
+ckpt("s_params.h5", attrs=dict(vocab_size=I64(1 << 24), n_embd=I64(1 << 16), n_head=I64(64), rotary_dim=I64(64)), tensors=False)
+ckpt("s_u64.h5", attrs=dict(n_embd=U64((1 << 63) + 16)), tensors=False)
+ckpt("s_frac.h5", attrs=dict(n_layer=F64(1.5)))
+ckpt("s_fpos.h5", attrs=dict(n_positions=F64(32.75)))
+ckpt("s_nan.h5", attrs=dict(n_embd=F64("nan")), tensors=False)
+ckpt("s_eps.h5", attrs=dict(layer_norm_epsilon=F64("inf")))
+ckpt("s_i32.h5", dtype={"transformer.h.0.attn.q_proj.weight": np.int32})
+ckpt("s_tp0.h5", attrs=dict(written_tp=I64(0)), tensors=False)
+# training state
+ckpt("s_negstep.h5", attrs=dict(step=I64(-5)))
+ckpt("s_bigstep.h5", attrs=dict(step=F64(1e300)))
+ckpt("s_toks.h5", attrs=dict(tokens_seen=I64((1 << 63) - 1)))
+ckpt("s_hasopt.h5", attrs=dict(has_optim=I64(2)))
+ckpt("s_lr.h5", optim=dict(lr=F64(-0.1)))
+ckpt("s_lrnan.h5", optim=dict(lr=F64("nan")))
+ckpt("s_beta2.h5", optim=dict(beta2=F64(1.0)))
+ckpt("s_eps0.h5", optim=dict(eps=F64(0.0)))
+ckpt("s_wd.h5", optim=dict(weight_decay=F64(-1)))
+ckpt("s_floor.h5", optim=dict(lr_floor=F64(2)))
+ckpt("s_warm.h5", optim=dict(warmup=F64(2.5)))
+ckpt("s_seed.h5", loader=dict(seed=I64(-7)))
+ckpt("s_epoch.h5", loader=dict(epoch=I64(-1)))
+ckpt("s_cursor.h5", loader=dict(cursor=U64(1 << 63)))
+# token datasets: ids are uint16; offsets unsigned, from 0 up to n_tokens
+ids = np.random.default_rng(1).integers(1, 64, 4000)
+tokens("small.h5", ids.astype(np.uint16))
+pad = ids.copy(); pad[-500:] = -1
+tokens("d_i64.h5", pad.astype(np.int64))
+tokens("d_f32.h5", ids.astype(np.float32) + 0.7)
+tokens("d_u32.h5", ids.astype(np.uint32))
+tokens("d_i16.h5", ids.astype(np.int16))
+tokens("d_u8.h5", ids.astype(np.uint8))
+tokens("d_u64.h5", ids.astype(np.uint64))
+tokens("d_decr.h5", ids.astype(np.uint16), offs=[0, 3000, 2000, 4000])
+tokens("d_end.h5", ids.astype(np.uint16), offs=[0, 1000, 3999])
+tokens("d_start.h5", ids.astype(np.uint16), offs=[5, 4000])
+tokens("d_offi.h5", ids.astype(np.uint16), offs_dtype=np.int64)
+tokens("d_offf.h5", ids.astype(np.uint16), offs_dtype=np.float64)
+tokens("d_len.h5", ids.astype(np.uint16), n_tokens=I64(5000))
+tokens("d_ndocs.h5", ids.astype(np.uint16), n_docs=I64((1 << 63) - 1))
+tokens("d_nbytes.h5", ids.astype(np.uint16), n_bytes=I64(0))
+tokens("d_vfrac.h5", ids.astype(np.uint16), vocab_size=F64(64.5))
+tokens("d_unwritten.h5", None, declared=1 << 26)
+# Hugging Face directories: safetensors headers and config.json
+hf("h_dup", header=lambda h: json.dumps(h)[:-1] + ', "lm_head.bias": ' + json.dumps(h["lm_head.bias"]) + "}")
+hf("h_numel", extra={"transformer.h.0.attn.bias": dict(dtype="F32", shape=[1 << 40, 1 << 40, 1 << 40, 16], data_offsets=[0, 0])})
+hf("h_shards", shards=True)
+hf("h_huge", cfg=dict(n_embd=1 << 40))
+hf("h_frac", cfg=dict(n_embd=16.5))
+hf("h_neg", cfg=dict(n_inner=-1))
+hf("h_str", cfg=dict(n_embd="16"))
+hf("h_head0", cfg=dict(n_head=0, rotary_dim=None))
+hf("h_eps", cfg=dict(layer_norm_epsilon="1e-5"))
+hf("h_real", cfg=dict(vocab_size=1e30))
+hf("h_dupkey", raw_cfg=json.dumps(dict(CFG, activation_function="gelu_new"))[:-1] + ', "n_layer": 1}')
+PY
 # -- fixtures: outputs and inputs
 cp "$top/data/brown-valid.txt" "$w/f.txt"
 mkfifo "$w/fifo"
@@ -113,6 +255,73 @@ rows=(
 "0|--dtype: expected float32 or bfloat16|convert --to-hf $w/hfo --checkpoint $ck --dtype int8"
 "0|--tp 3 does not divide n_head 4|plan --tp 3"
 # -- rows: sizes and types read from files
+"0|s_pos.h5: n_positions = 4611686018427387904 is out of range [1, 1048576]|eval --checkpoint $w/s_pos.h5 --data $w/small.h5"
+"0|s_pos.h5: n_positions = 4611686018427387904 is out of range|generate --checkpoint $w/s_pos.h5 --prompt-ids 1"
+"2|s_pos.h5: n_positions = 4611686018427387904 is out of range|generate --checkpoint $w/s_pos.h5 --prompt-ids 1"
+"0|s_pos.h5: n_positions = 4611686018427387904 is out of range|info $w/s_pos.h5"
+"0|s_vocab.h5: vocab_size = 1099511627776 is out of range [1, 16777216]|eval --checkpoint $w/s_vocab.h5 --data $w/small.h5"
+"0|s_embd.h5: n_embd = 8589934592 is out of range [1, 65536]|generate --checkpoint $w/s_embd.h5 --prompt-ids 1"
+"0|s_layer.h5: n_layer = 4294967297 is out of range [1, 4096]|eval --checkpoint $w/s_layer.h5 --data $w/small.h5"
+"0|s_inner.h5: n_inner = 2305843009213693952 is out of range [1, 262144]|convert --to-hf $w/hfo2 --checkpoint $w/s_inner.h5"
+"0|s_params.h5: the model has 2216224423968 parameters, more than the limit|info $w/s_params.h5"
+"0|s_params.h5: the model has 2216224423968 parameters|eval --checkpoint $w/s_params.h5 --data $w/small.h5"
+"0|s_u64.h5: attribute 'n_embd' = 9223372036854775824 is out of the int64 range|eval --checkpoint $w/s_u64.h5 --data $w/small.h5"
+"0|s_frac.h5: attribute 'n_layer' = 1.5 is not an integer|eval --checkpoint $w/s_frac.h5 --data $w/small.h5"
+"0|s_frac.h5: attribute 'n_layer' = 1.5 is not an integer|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_frac.h5"
+"0|s_fpos.h5: attribute 'n_positions' = 32.75 is not an integer|generate --checkpoint $w/s_fpos.h5 --prompt-ids 1"
+"0|s_nan.h5: attribute 'n_embd' = nan is not an integer|eval --checkpoint $w/s_nan.h5 --data $w/small.h5"
+"0|s_eps.h5: attribute 'layer_norm_epsilon' = inf is not a finite number|eval --checkpoint $w/s_eps.h5 --data $w/small.h5"
+"0|s_i32.h5: dataset '/model/transformer.h.0.attn.q_proj.weight' is int32, expected floating point|eval --checkpoint $w/s_i32.h5 --data $w/small.h5"
+"2|s_i32.h5: dataset '/model/transformer.h.0.attn.q_proj.weight' is int32|generate --checkpoint $w/s_i32.h5 --prompt-ids 1"
+"0|s_i32.h5: dataset '/model/transformer.h.0.attn.q_proj.weight' is int32|convert --to-hf $w/hfo3 --checkpoint $w/s_i32.h5"
+"0|s_tp0.h5: attribute 'written_tp' = 0 is out of range|info $w/s_tp0.h5"
+"0|s_negstep.h5: attribute 'step' = -5 is out of range [0, 1000000000000]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negstep.h5"
+"2|s_negstep.h5: attribute 'step' = -5 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negstep.h5"
+"0|s_bigstep.h5: attribute 'step' = 1e+300 is not an integer in the int64 range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_bigstep.h5"
+"0|s_toks.h5: attribute 'tokens_seen' = 9223372036854775807 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_toks.h5"
+"0|s_hasopt.h5: attribute 'has_optim' = 2 is out of range [0, 1]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_hasopt.h5"
+"0|s_lr.h5: attribute 'optim/lr' = -0.1 is out of range [0, 10]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_lr.h5"
+"0|s_lrnan.h5: attribute 'optim/lr' = nan is not a finite number|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_lrnan.h5"
+"0|s_beta2.h5: attribute 'optim/beta2' = 1 is out of range [0, 1)|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_beta2.h5"
+"0|s_eps0.h5: attribute 'optim/eps' = 0 is out of range (0, 1]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_eps0.h5"
+"0|s_wd.h5: attribute 'optim/weight_decay' = -1 is out of range [0, 10]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_wd.h5"
+"0|s_floor.h5: attribute 'optim/lr_floor' = 2 is out of range [0, 1]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_floor.h5"
+"0|s_warm.h5: attribute 'optim/warmup' = 2.5 is not an integer|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_warm.h5"
+"0|s_seed.h5: attribute 'loader/seed' = -7 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_seed.h5"
+"0|s_epoch.h5: attribute 'loader/epoch' = -1 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_epoch.h5"
+"0|s_cursor.h5: attribute 'loader/cursor' = 9223372036854775808 is out of the int64 range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_cursor.h5"
+"0|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
+"2|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
+"0|d_f32.h5: /tokens is float32, expected uint16|eval --checkpoint $w/s_good.h5 --data $w/d_f32.h5"
+"0|d_u32.h5: /tokens is uint32, expected uint16|info $w/d_u32.h5"
+"0|d_i16.h5: /tokens is int16, expected uint16|info $w/d_i16.h5"
+"0|d_u8.h5: /tokens is uint8, expected uint16|info $w/d_u8.h5"
+"0|d_u64.h5: /tokens is uint64, expected uint16|info $w/d_u64.h5"
+"0|d_decr.h5: /doc_offsets decreases at entry 2 (2000 after 3000)|info $w/d_decr.h5"
+"0|d_end.h5: /doc_offsets ends at 3999, expected n_tokens = 4000|eval --checkpoint $w/s_good.h5 --data $w/d_end.h5"
+"0|d_start.h5: /doc_offsets[0] = 5, expected 0|info $w/d_start.h5"
+"0|d_offi.h5: /doc_offsets is int64, expected unsigned integer|info $w/d_offi.h5"
+"0|d_offf.h5: /doc_offsets is float64, expected unsigned integer|info $w/d_offf.h5"
+"0|d_len.h5: /tokens does not hold n_tokens = 5000 entries|info $w/d_len.h5"
+"0|d_ndocs.h5: attribute 'n_docs' = 9223372036854775807 is out of range|info $w/d_ndocs.h5"
+"0|d_nbytes.h5: attribute 'n_bytes' = 0 for 4000 tokens|eval --checkpoint $w/s_good.h5 --data $w/d_nbytes.h5"
+"0|d_vfrac.h5: attribute 'vocab_size' = 64.5 is not an integer|info $w/d_vfrac.h5"
+"0|d_unwritten.h5: /tokens is not fully written|info $w/d_unwritten.h5"
+"0|model.safetensors: header is not a JSON object without duplicate keys (duplicate object key|convert --from-hf $w/h_dup --out $w/x.h5"
+"0|tensor 'transformer.h.0.attn.bias': the shape's element count overflows|convert --from-hf $w/h_numel --out $w/x.h5"
+"0|tensor 'transformer.wte.weight' is also in|convert --from-hf $w/h_shards --out $w/x.h5"
+"0|config.json: n_embd = 1099511627776 is out of range [1, 65536]|convert --from-hf $w/h_huge --out $w/x.h5"
+"0|config.json: 'n_embd' must be an integer, got 16.5|convert --from-hf $w/h_frac --out $w/x.h5"
+"0|config.json: 'n_inner' = -1 is negative|convert --from-hf $w/h_neg --out $w/x.h5"
+"0|config.json: 'n_embd' must be an integer, got the string|convert --from-hf $w/h_str --out $w/x.h5"
+"0|config.json: n_head = 0 is out of range [1, 65536]|convert --from-hf $w/h_head0 --out $w/x.h5"
+"0|config.json: 'layer_norm_epsilon' must be a number|convert --from-hf $w/h_eps --out $w/x.h5"
+"0|config.json: 'vocab_size' must be an integer, got 1e+30|convert --from-hf $w/h_real --out $w/x.h5"
+"0|config.json: duplicate object key|convert --from-hf $w/h_dupkey --out $w/x.h5"
+"0|n_embd = 1000000 is out of range [1, 65536]|plan --n_embd 1000000 --n_head 8"
+"0|n_layer = 5000 is out of range [1, 4096]|train --data $w/ok.h5 --n_layer 5000"
+"0|activations of a micro-batch of 1048576 x 1048576 tokens exceed|plan --n_embd 8192 --n_head 64 --rotary_dim 64 --n_inner 64 --n_layer 2047 --n_positions 1048576 --micro-batch 1048576 --sgemm-gflops 100"
+"0|the model has 3305170453728 parameters, more than the limit|plan --n_embd 65536 --n_head 64 --rotary_dim 64 --n_layer 64 --n_inner 262144 --sgemm-gflops 100"
 # -- rows: outputs and inputs
 "0|--valid-out $w/y.h5: the same file as --out $w/y.h5|tokenize --out $w/y.h5 --valid-out $w/y.h5 --valid-fraction 0.1 $w/f.txt"
 "0|the same file as --out $w/y.h5|tokenize --out $w/y.h5 --valid-out $w/../bad/./y.h5 --valid-fraction 0.1 $w/f.txt"

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "model/config.h"
+#include "model/gptj.h"
 #include "model/params.h"
 #include "io/loader.h"
 #include "testutil.h"
@@ -177,11 +178,94 @@ START_TEST(test_loader) {
 }
 END_TEST
 
+
+/* The documented upper bounds of gj_config_validate: each field at its bound passes, one
+ * above (or 0, or negative, or INT64_MAX) is refused naming the key; the parameter count is
+ * bounded without overflowing; the table and the size pass refuse what validation refuses. */
+START_TEST(test_limits) {
+  struct { const char *key; int64_t max; } f[] = {
+      {"vocab_size", GJ_MAX_VOCAB}, {"n_positions", GJ_MAX_POSITIONS}, {"n_embd", GJ_MAX_EMBD},
+      {"n_layer", GJ_MAX_LAYER},    {"n_head", GJ_MAX_EMBD},          {"n_inner", GJ_MAX_INNER}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    int64_t bad[] = {f[i].max + 1, 0, -1, INT64_MAX, INT64_MIN};
+    for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+      gj_config c = {64, 32, 64, 1, 4, 8, 64, 1e-5};
+      int64_t *dst = !strcmp(f[i].key, "vocab_size") ? &c.vocab_size : !strcmp(f[i].key, "n_positions") ? &c.n_positions
+                     : !strcmp(f[i].key, "n_embd") ? &c.n_embd : !strcmp(f[i].key, "n_layer") ? &c.n_layer
+                     : !strcmp(f[i].key, "n_head") ? &c.n_head : &c.n_inner;
+      *dst = bad[j];
+      ck_assert_int_eq(gj_config_validate(&c), -1);
+      ck_assert_msg(strstr(gj_errmsg(), f[i].key) != NULL, "%s = %lld: %s", f[i].key, (long long)bad[j], gj_errmsg());
+      gj_layout l; /* the table needs every size but n_positions */
+      if (strcmp(f[i].key, "n_positions")) ck_assert_int_eq(gj_layout_build(&l, &c, 1, 0), -1);
+    }
+  }
+  /* each bound itself is valid (the others small) */
+  gj_config at[] = {{GJ_MAX_VOCAB, 32, 64, 1, 4, 8, 64, 1e-5}, {64, GJ_MAX_POSITIONS, 64, 1, 4, 8, 64, 1e-5},
+                    {64, 32, GJ_MAX_EMBD, 1, GJ_MAX_EMBD, 0, 64, 1e-5}, {64, 32, 64, GJ_MAX_LAYER, 4, 8, 64, 1e-5},
+                    {64, 32, 64, 1, 4, 8, GJ_MAX_INNER, 1e-5}, {64, 32, 64, 1, 4, 8, 64, 1.0}};
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+    ck_assert_msg(gj_config_validate(&at[i]) == 0, "bound %zu: %s", i, gj_errmsg());
+    ck_assert_int_le(gj_config_n_params(&at[i]), GJ_MAX_PARAMS);
+  }
+  gj_layout l;
+  ck_assert_int_eq(gj_layout_build(&l, &at[3], 1, 0), 0); /* 4096 layers: 40966 tensors */
+  ck_assert_int_eq(l.n, 5 + 10 * GJ_MAX_LAYER);
+  ck_assert_ptr_eq(gj_layout_find(&l, "transformer.h.4095.mlp.fc_out.bias"), &l.t[l.n - 5]);
+  ck_assert_ptr_eq(gj_layout_find(&l, "lm_head.bias"), &l.t[l.n - 1]);
+  ck_assert_ptr_null(gj_layout_find(&l, "transformer.h.4096.ln_1.weight"));
+  gj_layout_free(&l);
+  /* every factor in range, the product not: refused, and computed without overflow */
+  gj_config huge = {GJ_MAX_VOCAB, 2048, GJ_MAX_EMBD, GJ_MAX_LAYER, 64, 64, GJ_MAX_INNER, 1e-5};
+  ck_assert_int_gt(gj_config_n_params(&huge), GJ_MAX_PARAMS);
+  ck_assert_int_eq(gj_config_validate(&huge), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "parameters, more than the limit"));
+  /* layer_norm_epsilon: finite, in (0, 1] */
+  double eps[] = {0.0, -1e-5, 1.5, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++) {
+    gj_config c = {64, 32, 64, 1, 4, 8, 64, eps[i]};
+    ck_assert_int_eq(gj_config_validate(&c), -1);
+    ck_assert_ptr_nonnull(strstr(gj_errmsg(), "layer_norm_epsilon"));
+  }
+  /* every preset stays valid, gptj-6b included */
+  gj_config c;
+  ck_assert_int_eq(gj_config_preset(&c, "gptj-6b"), 0);
+  ck_assert_int_eq(gj_config_validate(&c), 0);
+  /* the size pass refuses a batch whose activations overflow, instead of wrapping */
+  gj_mem_sizes ms;
+  gj_config wide = {GJ_MAX_VOCAB, GJ_MAX_POSITIONS, 64, 1, 4, 8, 64, 1e-5};
+  ck_assert_int_eq(gj_model_sizes(&ms, &wide, 1, 1, 0, 0, 0, 1 << 20, GJ_MAX_POSITIONS, 1), -1); /* logits 2^64 */
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "activations of a micro-batch"));
+  ck_assert_int_eq(gj_model_sizes(&ms, &c, 1, 1, 0, 0, 1, 1, 2048, 1), 0);
+  ck_assert_int_eq(gj_model_sizes(&ms, &c, 1, 1, 0, 0, 1, 1, 4096, 1), -1); /* beyond n_positions */
+}
+END_TEST
+
+/* gj_layout_find finds every name of the table and nothing else. */
+START_TEST(test_layout_find) {
+  gj_config c;
+  gj_config_preset(&c, "tiny");
+  c.n_layer = 12;
+  gj_layout l;
+  ck_assert_int_eq(gj_layout_build(&l, &c, 1, 0), 0);
+  for (int i = 0; i < l.n; i++) ck_assert_ptr_eq(gj_layout_find(&l, l.t[i].name), &l.t[i]);
+  const char *no[] = {"", "transformer.h.", "transformer.h.12.ln_1.weight", "transformer.h.01.ln_1.weight",
+                      "transformer.h.-1.ln_1.weight", "transformer.h.1.ln_1.weightx", "transformer.h.1.ln_1",
+                      "transformer.h.1", "transformer.h.1.", "transformer.h.99999999999.ln_1.weight",
+                      "lm_head.weigh", "transformer.wte.weight ", "h.0.ln_1.weight", "transformer.h.1.attn.bias"};
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    ck_assert_msg(gj_layout_find(&l, no[i]) == NULL, "'%s' found", no[i]);
+  gj_layout_free(&l);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
   tcase_add_test(tc, test_presets);
   tcase_add_test(tc, test_validation);
+  tcase_add_test(tc, test_limits);
+  tcase_add_test(tc, test_layout_find);
   tcase_add_test(tc, test_layout);
   tcase_add_test(tc, test_init_sharded);
   tcase_add_test(tc, test_loader);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <sys/wait.h>
 
+#include "common.h"
 #include "io/h5util.h"
 #include "io/safetensors.h"
 #include "model/params.h"
@@ -232,6 +233,88 @@ START_TEST(test_bad_files) {
 }
 END_TEST
 
+
+/* A header of many small tensors (offsets in the reverse order of the names) opens in time
+ * linear in its size, and every tensor is found: the overlap check and the lookups must not
+ * be quadratic (this took minutes before they were). */
+START_TEST(test_many_tensors) {
+  enum { N = 200000 };
+  char p[1400];
+  snprintf(p, sizeof p, "%s/many.safetensors", OUT);
+  json_t *h = json_object();
+  char nm[64];
+  for (int i = 0; i < N; i++) {
+    snprintf(nm, sizeof nm, "t.%d.w", i);
+    json_int_t off = 4 * (json_int_t)(N - 1 - i);
+    json_object_set_new(h, nm, json_pack("{s:s, s:[i], s:[II]}", "dtype", "F32", "shape", 1,
+                                         "data_offsets", off, off + 4));
+  }
+  char *txt = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  uint64_t hl = strlen(txt);
+  FILE *f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  for (int i = 0; i < 8; i++) fputc((int)(hl >> (8 * i)) & 0xff, f);
+  fwrite(txt, 1, hl, f);
+  for (int i = 0; i < N; i++) {
+    float v = (float)(N - 1 - i); /* the value of tensor N-1-i, stored at slot i */
+    fwrite(&v, 4, 1, f);
+  }
+  fclose(f);
+  free(txt);
+  gj_st_file st;
+  double t0 = gj_now();
+  ck_assert_int_eq(gj_st_open(&st, p), 0);
+  double t1 = gj_now();
+  ck_assert_int_eq(st.n, N);
+  for (int i = 0; i < N; i++) {
+    snprintf(nm, sizeof nm, "t.%d.w", i);
+    const gj_st_tensor *t = gj_st_find(&st, nm);
+    ck_assert_msg(t != NULL, "%s not found", nm);
+    ck_assert_str_eq(t->name, nm);
+    ck_assert_uint_eq(t->end - t->begin, 4);
+  }
+  snprintf(nm, sizeof nm, "t.%d.w", N);
+  ck_assert_ptr_null(gj_st_find(&st, nm));
+  ck_assert_ptr_null(gj_st_find(&st, ""));
+  float v;
+  ck_assert_int_eq(gj_st_read_f32(&st, gj_st_find(&st, "t.7.w"), &v), 0);
+  ck_assert(v == 7.0f);
+  fprintf(stderr, "many tensors: %d opened in %.3f s, all found in %.3f s\n", N, t1 - t0, gj_now() - t1);
+  gj_st_close(&st);
+  /* the sorted overlap check: neighbours by offset overlap, one tensor inside another, and an
+   * empty tensor inside another (allowed); a name given twice */
+  const char *hdr[] = {
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+      "{\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[20,24]}}",
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+      "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}",
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}"};
+  const char *want[] = {"tensors 'a' and 'b' overlap", "tensors 'b' and 'c' overlap", NULL, "duplicate"};
+  for (int k = 0; k < 4; k++) {
+    f = fopen(p, "wb");
+    uint64_t n = strlen(hdr[k]);
+    for (int i = 0; i < 8; i++) fputc((int)(n >> (8 * i)) & 0xff, f);
+    fwrite(hdr[k], 1, n, f);
+    for (int i = 0; i < 32; i++) fputc(0, f);
+    fclose(f);
+    int rc = gj_st_open(&st, p);
+    if (!want[k]) {
+      ck_assert_msg(rc == 0, "%s", gj_errmsg());
+      ck_assert_ptr_nonnull(gj_st_find(&st, "e"));
+      gj_st_close(&st);
+    } else {
+      ck_assert_int_eq(rc, -1);
+      ck_assert_msg(strstr(gj_errmsg(), want[k]) != NULL, "header %d: %s", k, gj_errmsg());
+    }
+  }
+}
+END_TEST
+
 int main(void) {
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
@@ -256,6 +339,7 @@ int main(void) {
   tcase_add_test(tc, test_from_hf_golden);
   tcase_add_test(tc, test_half_inputs_exact);
   tcase_add_test(tc, test_bad_files);
+  tcase_add_test(tc, test_many_tensors);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -18,26 +18,51 @@
 
 #define MAX_SHARDS 256
 
+/* How a JSON value that should have been an integer looks, for messages. */
+static void json_what(json_t *v, char *out, size_t n) {
+  if (json_is_real(v)) snprintf(out, n, "%.17g", json_real_value(v));
+  else if (json_is_string(v)) snprintf(out, n, "the string \"%.40s\"", json_string_value(v));
+  else if (json_is_boolean(v)) snprintf(out, n, "%s", json_is_true(v) ? "true" : "false");
+  else if (json_is_null(v)) snprintf(out, n, "null");
+  else if (!v) snprintf(out, n, "nothing (missing)");
+  else snprintf(out, n, "an %s", json_is_array(v) ? "array" : "object");
+}
+
 static int read_hf_config(const char *dir, gj_config *c) {
   char p[GJ_PATH_BUF];
   GJ_TRY(gj_path_join(p, sizeof p, dir, "config.json"));
   GJ_TRY(gj_outfile_check_input(p, NULL, 0));
   json_error_t err;
-  json_t *r = json_load_file(p, 0, &err);
+  /* a key given twice would leave it open which value is meant */
+  json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
   if (!r) return GJ_FAIL("%s: %s", p, err.text);
+  if (!json_is_object(r)) return json_decref(r), GJ_FAIL("%s: not a JSON object", p);
   struct { const char *k; int64_t *dst; int required; } ks[] = {
       {"vocab_size", &c->vocab_size, 1}, {"n_positions", &c->n_positions, 1}, {"n_embd", &c->n_embd, 1},
       {"n_layer", &c->n_layer, 1}, {"n_head", &c->n_head, 1}, {"rotary_dim", &c->rotary_dim, 0},
       {"n_inner", &c->n_inner, 0}};
   int rc = 0;
   c->rotary_dim = c->n_inner = -1;
+  /* integers only (4096.0, 64.5, "64" and true are refused); their ranges are
+   * gj_config_validate's, as for every other source of a config */
   for (size_t i = 0; i < sizeof ks / sizeof ks[0] && !rc; i++) {
     json_t *v = json_object_get(r, ks[i].k);
-    if (json_is_integer(v)) *ks[i].dst = json_integer_value(v);
-    else if (ks[i].required || (v && !json_is_null(v))) rc = GJ_FAIL("%s: '%s' must be an integer", p, ks[i].k);
+    char what[96];
+    if (json_is_integer(v)) {
+      *ks[i].dst = json_integer_value(v);
+      if (*ks[i].dst < 0) /* not to be taken for a missing value (-1 below) */
+        rc = GJ_FAIL("%s: '%s' = %lld is negative", p, ks[i].k, (long long)*ks[i].dst);
+    } else if (ks[i].required || (v && !json_is_null(v))) {
+      json_what(v, what, sizeof what);
+      rc = GJ_FAIL("%s: '%s' must be an integer, got %s", p, ks[i].k, what);
+    }
   }
   json_t *eps = json_object_get(r, "layer_norm_epsilon");
-  c->layer_norm_epsilon = json_is_number(eps) ? json_number_value(eps) : 1e-5;
+  c->layer_norm_epsilon = 1e-5;
+  if (!rc && eps && !json_is_null(eps)) {
+    if (json_is_number(eps)) c->layer_norm_epsilon = json_number_value(eps);
+    else rc = GJ_FAIL("%s: 'layer_norm_epsilon' must be a number", p);
+  }
   json_t *act = json_object_get(r, "activation_function");
   if (!rc && act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu_new")))
     rc = GJ_FAIL("%s: activation_function must be gelu_new", p);
@@ -45,6 +70,11 @@ static int read_hf_config(const char *dir, gj_config *c) {
   if (!rc && json_is_true(tie)) rc = GJ_FAIL("%s: tie_word_embeddings is true; GPT-J's lm_head is untied", p);
   json_decref(r);
   if (rc) return rc;
+  /* HF's None defaults, from values checked first (no division by zero, no overflow) */
+  gj_config given = *c;
+  if (given.n_inner < 0) given.n_inner = 1;
+  if (given.rotary_dim < 0) given.rotary_dim = 0;
+  if (gj_config_validate(&given)) return gj_err_prefix(p);
   if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;              /* HF: None means 4 n_embd */
   if (c->rotary_dim < 0) c->rotary_dim = c->n_embd / c->n_head; /* None: the whole head */
   if (gj_config_validate(c)) return gj_err_prefix(p);
@@ -72,7 +102,7 @@ static int hf_open(hf_files *h, const char *dir) {
     GJ_TRY(gj_outfile_check_input(p, NULL, 0));
     snprintf(h->index, sizeof h->index, "%s", p);
     json_error_t err;
-    json_t *r = json_load_file(p, 0, &err);
+    json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
     if (!r) return GJ_FAIL("%s: %s", p, err.text);
     json_t *wm = json_object_get(r, "weight_map");
     if (!json_is_object(wm)) return json_decref(r), GJ_FAIL("%s: no weight_map object", p);
@@ -80,6 +110,7 @@ static int hf_open(hf_files *h, const char *dir) {
     json_decref(r);
     const char *k;
     json_t *v;
+    /* O(entries x shards), the shards at most MAX_SHARDS */
     json_object_foreach(h->map, k, v) {
       if (!json_is_string(v) || strchr(json_string_value(v), '/'))
         return GJ_FAIL("%s: weight_map['%s'] is not a file name", p, k);
@@ -138,14 +169,22 @@ static int from_hf(const char *dir, const char *out) {
   for (int i = 0; i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
   float *buf = rc ? NULL : malloc(mx * sizeof(float));
   if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
-  /* every tensor of the files must be one we know (HF's attention mask buffers excepted) */
+  /* every tensor of the files must be one we know (HF's attention mask buffers excepted),
+   * in one shard only; gj_layout_find is O(1), so this is linear in the tensors */
+  int *seen = rc ? NULL : calloc((size_t)l.n, sizeof(int));
+  if (!rc && !seen) rc = GJ_FAIL("out of memory");
   for (int i = 0; !rc && i < h.nfiles; i++)
     for (int j = 0; !rc && j < h.open[i].n; j++) {
       const char *nm = h.open[i].t[j].name;
       size_t n = strlen(nm);
       int buffer = (n > 9 && !strcmp(nm + n - 9, "attn.bias")) || (n > 16 && !strcmp(nm + n - 16, "attn.masked_bias"));
-      if (!buffer && !gj_layout_find(&l, nm))
+      const gj_tensor *lt = buffer ? NULL : gj_layout_find(&l, nm);
+      if (!buffer && !lt)
         rc = GJ_FAIL("%s: tensor '%s' is not part of a GPT-J of this config", h.files[i], nm);
+      else if (lt && seen[lt - l.t])
+        rc = GJ_FAIL("%s: tensor '%s' is also in %s", h.files[i], nm, h.files[seen[lt - l.t] - 1]);
+      else if (lt)
+        seen[lt - l.t] = i + 1;
     }
   gj_ckpt_writer w;
   int begun = 0;
@@ -174,6 +213,7 @@ static int from_hf(const char *dir, const char *out) {
   }
   if (!rc) gj_info("converted %s -> %s (%lld parameters, %d tensors)", dir, out, (long long)l.n_global, l.n);
   free(buf);
+  free(seen);
   hf_close(&h);
   gj_layout_free(&l);
   return rc;

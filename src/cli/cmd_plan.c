@@ -42,13 +42,19 @@ int gj_cmd_plan(int argc, char **argv) {
   if (T == 0) T = c.n_positions;
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
   if (threads == 0) threads = omp_get_max_threads();
+  /* B T <= 2^40 by the flags' ranges; the step's tokens (up to 2^84) are counted in double and
+   * refused beyond what training's int64 token counters hold */
+  double tokens = (double)B * (double)T * (double)A * (double)dp;
+  if (tokens > 4611686018427387904.0)
+    return GJ_FAIL("--micro-batch %lld x --seq-len %lld x --grad-accum %lld x --dp %lld = %.3g tokens "
+                   "per step, more than 2^62", (long long)B, (long long)T, (long long)A, (long long)dp, tokens);
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
   double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
   int64_t N = B * T;
-  double tokens = (double)N * A * dp, fpt = gj_flops_per_token(&c, T);
+  double fpt = gj_flops_per_token(&c, T);
   double flops_step = fpt * tokens, flops_rank = flops_step / (dp * tp);
   /* recomputation runs each layer's forward again (2 FLOPs per weight, plus attention) */
   double layer_params = (double)c.n_layer * (4.0 * c.n_embd * c.n_embd + 2.0 * c.n_embd * c.n_inner);

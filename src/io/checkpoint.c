@@ -19,6 +19,10 @@
 
 #define CKPT_FORMAT "gptj-mpi-checkpoint"
 #define CKPT_VERSION 1
+/* Ranges of the step and token counters read back: the largest --steps, and 2^62 tokens (so
+ * that adding a step's tokens cannot overflow int64). */
+#define CKPT_MAX_STEP ((int64_t)1000000000000)
+#define CKPT_MAX_TOKENS ((int64_t)1 << 62)
 
 /* The ranks holding the same slice of a tensor share the work on it: replicated tensors over
  * the whole world, TP-sharded ones over their DP group. */
@@ -595,14 +599,50 @@ static int open_checked(const char *path, hid_t *f, MPI_Comm comm) {
   return 0;
 }
 
+/* The attributes of a checkpoint's training state, each checked against the range its
+ * training flag allows (a negative step would train with a negative learning rate, a
+ * tokens_seen near INT64_MAX would overflow as training goes on). */
+static int read_state(hid_t f, const char *path, gj_ckpt_meta *meta, int with_optim) {
+  GJ_TRY(gj_h5_attr_i64_in(f, path, "step", 0, CKPT_MAX_STEP, &meta->step));
+  GJ_TRY(gj_h5_attr_i64_in(f, path, "tokens_seen", 0, CKPT_MAX_TOKENS, &meta->tokens_seen));
+  if (!with_optim) return 0;
+  hid_t go = H5Lexists(f, "optim", H5P_DEFAULT) > 0 ? H5Gopen2(f, "optim", H5P_DEFAULT) : -1;
+  hid_t gl = H5Lexists(f, "loader", H5P_DEFAULT) > 0 ? H5Gopen2(f, "loader", H5P_DEFAULT) : -1;
+  int rc = go < 0 || gl < 0 ? GJ_FAIL("%s: missing /optim or /loader", path) : 0;
+  gj_adamw_hp *h = &meta->hp;
+  const double big = 1e12;
+  int64_t v;
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "lr", 0, 10, 0, &h->lr);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "beta1", 0, 1, GJ_H5_HI_OPEN, &h->beta1);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "beta2", 0, 1, GJ_H5_HI_OPEN, &h->beta2);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "eps", 0, 1, GJ_H5_LO_OPEN, &h->eps);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "weight_decay", 0, 10, 0, &h->weight_decay);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "grad_clip", 0, 1e9, 0, &h->grad_clip);
+  if (!rc) rc = gj_h5_attr_i64_in(go, path, "warmup", 0, (int64_t)big, &meta->sched.warmup);
+  if (!rc) rc = gj_h5_attr_i64_in(go, path, "decay_steps", 0, (int64_t)big, &meta->sched.decay_steps);
+  if (!rc) rc = gj_h5_attr_f64_in(go, path, "lr_floor", 0, 1, 0, &meta->sched.floor);
+  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "seed", 0, INT64_MAX, &v), meta->loader.seed = (uint64_t)v;
+  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "epoch", 0, CKPT_MAX_TOKENS, &v), meta->loader.epoch = (uint64_t)v;
+  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "cursor", 0, CKPT_MAX_TOKENS, &v), meta->loader.cursor = (uint64_t)v;
+  meta->sched.lr = h->lr;
+  if (go >= 0) H5Gclose(go);
+  if (gl >= 0) H5Gclose(gl);
+  return rc;
+}
+
 int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_optim) {
   gj_grid *g = m->g;
   gj_h5_quiet();
   hid_t f;
   GJ_TRY(open_checked(path, &f, g->world));
   int rc = check_config(f, path, &m->c);
-  int64_t v, has_optim = 1;
-  if (!rc && H5Aexists(f, "has_optim") > 0) rc = gj_h5_attr_i64(f, path, "has_optim", &has_optim);
+  int64_t has_optim = 1;
+  if (!rc && H5Aexists(f, "has_optim") > 0) rc = gj_h5_attr_i64_in(f, path, "has_optim", 0, 1, &has_optim);
+  /* every attribute is read and checked before any tensor */
+  gj_ckpt_meta st = *meta;
+  if (!rc) rc = read_state(f, path, &st, with_optim && has_optim);
+  if ((rc = gj_agree(g->world, rc))) return H5Fclose(f), rc;
+  *meta = st;
   if (!has_optim && with_optim) {
     /* a model-only checkpoint (from gptj convert): fresh optimizer, schedule and data order */
     with_optim = 0;
@@ -611,8 +651,6 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     meta->loader = (gj_loader_state){meta->loader.seed, 0, 0};
     gj_info("%s holds weights only: the optimizer starts afresh", path);
   }
-  if (!rc) rc = gj_h5_attr_i64(f, path, "step", &meta->step);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &meta->tokens_seen);
   if (!has_optim) meta->step = meta->tokens_seen = 0;
   char p[512];
   float *blocks[3] = {m->params, m->m, m->v};
@@ -652,39 +690,25 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   }
   if (fd >= 0) close(fd);
   free(stage);
-  if (!rc && with_optim) {
-    hid_t go = H5Gopen2(f, "optim", H5P_DEFAULT), gl = H5Gopen2(f, "loader", H5P_DEFAULT);
-    if (go < 0 || gl < 0) rc = GJ_FAIL("%s: missing /optim or /loader", path);
-    gj_adamw_hp *h = &meta->hp;
-    if (!rc) rc = gj_h5_attr_f64(go, path, "lr", &h->lr);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "beta1", &h->beta1);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "beta2", &h->beta2);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "eps", &h->eps);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "weight_decay", &h->weight_decay);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "grad_clip", &h->grad_clip);
-    if (!rc) rc = gj_h5_attr_i64(go, path, "warmup", &meta->sched.warmup);
-    if (!rc) rc = gj_h5_attr_i64(go, path, "decay_steps", &meta->sched.decay_steps);
-    if (!rc) rc = gj_h5_attr_f64(go, path, "lr_floor", &meta->sched.floor);
-    if (!rc) rc = gj_h5_attr_i64(gl, path, "seed", &v), meta->loader.seed = (uint64_t)v;
-    if (!rc) rc = gj_h5_attr_i64(gl, path, "epoch", &v), meta->loader.epoch = (uint64_t)v;
-    if (!rc) rc = gj_h5_attr_i64(gl, path, "cursor", &v), meta->loader.cursor = (uint64_t)v;
-    meta->sched.lr = h->lr;
-    if (go >= 0) H5Gclose(go);
-    if (gl >= 0) H5Gclose(gl);
-  }
   H5Fclose(f);
   if ((rc = gj_agree(g->world, rc))) return rc;
+  return 0;
+}
+
+/* The model config of an open checkpoint, validated (the bounds of gj_config_validate keep
+ * every size computed from it from overflowing). */
+static int read_cfg(hid_t f, const char *path, gj_config *c) {
+  for (int i = 0; i < 7; i++) GJ_TRY(gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(c, i)));
+  GJ_TRY(gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c->layer_norm_epsilon));
+  if (gj_config_validate(c)) return gj_err_prefix(path);
   return 0;
 }
 
 int gj_ckpt_read_config(const char *path, gj_config *c) {
   hid_t f;
   GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
-  int rc = 0;
-  for (int i = 0; i < 7 && !rc; i++) rc = gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(c, i));
-  if (!rc) rc = gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c->layer_norm_epsilon);
+  int rc = read_cfg(f, path, c);
   H5Fclose(f);
-  if (!rc && gj_config_validate(c)) rc = gj_err_prefix(path);
   return rc;
 }
 
@@ -693,13 +717,12 @@ int gj_ckpt_info(const char *path) {
   GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
   int64_t step = 0, tok = 0, tp = 0, dp = 0, ver = 0;
   gj_config c;
-  int rc = gj_h5_attr_i64(f, path, "step", &step);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "tokens_seen", &tok);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "written_tp", &tp);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "written_dp", &dp);
+  int rc = gj_h5_attr_i64_in(f, path, "step", 0, CKPT_MAX_STEP, &step);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "tokens_seen", 0, CKPT_MAX_TOKENS, &tok);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "written_tp", 1, INT32_MAX, &tp);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "written_dp", 1, INT32_MAX, &dp);
   if (!rc) rc = gj_h5_attr_i64(f, path, "format_version", &ver);
-  for (int i = 0; i < 7 && !rc; i++) rc = gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(&c, i));
-  if (!rc) rc = gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c.layer_norm_epsilon);
+  if (!rc) rc = read_cfg(f, path, &c);
   char prec[32] = "fp32 (not recorded)";
   if (!rc && H5Aexists(f, "precision") > 0) rc = gj_h5_attr_str(f, path, "precision", prec, sizeof prec);
   H5Fclose(f);

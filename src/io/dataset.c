@@ -75,45 +75,100 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
   return rc;
 }
 
+/* Whether every element of 1-D dataset d (n > 0 elements) has storage in the file: all its
+ * chunks (a compressed dataset's storage is smaller than its data, so H5Dget_space_status
+ * cannot tell), or its whole contiguous block. */
+static int fully_stored(hid_t d, int64_t n) {
+  hid_t dcpl = H5Dget_create_plist(d), t = H5Dget_type(d);
+  H5D_layout_t lay = dcpl < 0 ? H5D_LAYOUT_ERROR : H5Pget_layout(dcpl);
+  size_t esz = t < 0 ? 0 : H5Tget_size(t);
+  int ok = 0;
+  if (lay == H5D_COMPACT) {
+    ok = 1;
+  } else if (lay == H5D_CONTIGUOUS) {
+    ok = esz > 0 && H5Dget_storage_size(d) >= (hsize_t)n * esz;
+  } else if (lay == H5D_CHUNKED) {
+    hsize_t ch = 0, nc = 0;
+    hid_t sp = H5Dget_space(d);
+    ok = H5Pget_chunk(dcpl, 1, &ch) == 1 && ch > 0 && sp >= 0 &&
+         H5Dget_num_chunks(d, sp, &nc) >= 0 && nc == ((hsize_t)n + ch - 1) / ch;
+    if (sp >= 0) H5Sclose(sp);
+  }
+  if (t >= 0) H5Tclose(t);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  return ok;
+}
+
+/* Open 1-D dataset `name` of n elements whose type is an unsigned integer of `bytes` bytes
+ * (0: of at most 8), fully written (a file that only declares a huge dataset is refused
+ * before anything is allocated for it). */
+static int open_ids(hid_t f, const char *path, const char *name, int64_t n, size_t bytes,
+                    const char *want, const char *count, hid_t *ds) {
+  int nd;
+  int64_t dims[4];
+  GJ_TRY(gj_h5_shape(f, path, name, &nd, dims));
+  if (nd != 1 || dims[0] != n) return GJ_FAIL("%s: %s does not hold %s = %lld entries", path, name, count, (long long)n);
+  *ds = H5Dopen2(f, name, H5P_DEFAULT);
+  if (*ds < 0) return GJ_FAIL("%s: cannot open %s", path, name);
+  hid_t t = H5Dget_type(*ds);
+  char tn[64] = "unreadable";
+  if (t >= 0) gj_h5_type_name(t, tn, sizeof tn);
+  int ok = t >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE &&
+           (bytes ? H5Tget_size(t) == bytes : H5Tget_size(t) <= 8);
+  if (t >= 0) H5Tclose(t);
+  int rc = 0;
+  if (!ok) rc = GJ_FAIL("%s: %s is %s, expected %s", path, name, tn, want);
+  else if (n > 0 && !fully_stored(*ds, n))
+    rc = GJ_FAIL("%s: %s is not fully written (truncated or corrupted)", path, name);
+  if (rc) H5Dclose(*ds), *ds = -1;
+  return rc;
+}
+
 int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
   memset(d, 0, sizeof *d);
   snprintf(d->path, sizeof d->path, "%s", path);
   hid_t f;
   GJ_TRY(gj_h5_open_read(path, &f));
+  /* every count read from the file is bounded (2^62) before it sizes anything */
+  const int64_t big = (int64_t)1 << 62;
   int64_t nt, nd, nb, vs;
-  int rc = gj_h5_attr_i64(f, path, "n_tokens", &nt);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "n_docs", &nd);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "n_bytes", &nb);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "vocab_size", &vs);
-  if (!rc && (nt < 0 || nd < 0 || nb < 0 || vs <= 0 || vs > 65536))
-    rc = GJ_FAIL("%s: inconsistent attributes (not a gptj token dataset?)", path);
+  int rc = gj_h5_attr_i64_in(f, path, "n_tokens", 0, big, &nt);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_docs", 0, big, &nd);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_bytes", 0, big, &nb);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "vocab_size", 1, 65536, &vs);
+  /* every document has text before its EOT: tokens beyond the EOTs came from bytes */
+  if (!rc && nt > nd && nb == 0)
+    rc = GJ_FAIL("%s: attribute 'n_bytes' = 0 for %lld tokens of %lld documents", path, (long long)nt, (long long)nd);
+  hid_t tk = -1, of = -1;
+  if (!rc) rc = open_ids(f, path, "/tokens", nt, 2, "uint16 token ids", "n_tokens", &tk);
+  if (!rc) rc = open_ids(f, path, "/doc_offsets", nd + 1, 0, "unsigned integer (uint64) offsets", "n_docs + 1", &of);
+  size_t tb = 0, ob = 0;
+  if (!rc && (gj_mul_size(&tb, (size_t)(nt ? nt : 1), sizeof(uint16_t)) ||
+              gj_mul_size(&ob, (size_t)nd + 1, sizeof(uint64_t))))
+    rc = GJ_FAIL("%s: %lld tokens or %lld documents do not fit in memory", path, (long long)nt, (long long)nd);
   if (!rc) {
     d->n_tokens = nt, d->n_docs = nd, d->n_bytes = nb, d->vocab_size = vs;
-    d->tokens = malloc((nt ? nt : 1) * sizeof(uint16_t));
-    d->doc_offsets = malloc((nd + 1) * sizeof(uint64_t));
+    d->tokens = malloc(tb);
+    d->doc_offsets = malloc(ob);
     if (!d->tokens || !d->doc_offsets) rc = GJ_FAIL("%s: out of memory for %lld tokens", path, (long long)nt);
   }
-  if (!rc) {
-    int nd_;
-    int64_t dims[4];
-    rc = gj_h5_shape(f, path, "/tokens", &nd_, dims);
-    if (!rc && (nd_ != 1 || dims[0] != nt)) rc = GJ_FAIL("%s: /tokens does not hold n_tokens = %lld ids", path, (long long)nt);
-    hid_t ds = rc ? -1 : H5Dopen2(f, "/tokens", H5P_DEFAULT);
-    if (!rc && H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->tokens) < 0)
-      rc = GJ_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
-    if (ds >= 0) H5Dclose(ds);
-  }
-  if (!rc) {
-    int nd_;
-    int64_t dims[4];
-    rc = gj_h5_shape(f, path, "/doc_offsets", &nd_, dims);
-    if (!rc && (nd_ != 1 || dims[0] != nd + 1)) rc = GJ_FAIL("%s: /doc_offsets does not hold n_docs + 1 entries", path);
-    hid_t ds = rc ? -1 : H5Dopen2(f, "/doc_offsets", H5P_DEFAULT);
-    if (!rc && H5Dread(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->doc_offsets) < 0)
-      rc = GJ_FAIL("%s: cannot read /doc_offsets (truncated or corrupted)", path);
-    if (ds >= 0) H5Dclose(ds);
-  }
+  if (!rc && nt > 0 && H5Dread(tk, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->tokens) < 0)
+    rc = GJ_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
+  if (!rc && H5Dread(of, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->doc_offsets) < 0)
+    rc = GJ_FAIL("%s: cannot read /doc_offsets (truncated or corrupted)", path);
+  if (tk >= 0) H5Dclose(tk);
+  if (of >= 0) H5Dclose(of);
   H5Fclose(f);
+  /* document boundaries: 0 = o[0] <= o[1] <= ... <= o[n_docs] = n_tokens */
+  if (!rc && d->doc_offsets[0] != 0)
+    rc = GJ_FAIL("%s: /doc_offsets[0] = %llu, expected 0", path, (unsigned long long)d->doc_offsets[0]);
+  for (uint64_t i = 1; !rc && i <= d->n_docs; i++)
+    if (d->doc_offsets[i] < d->doc_offsets[i - 1])
+      rc = GJ_FAIL("%s: /doc_offsets decreases at entry %llu (%llu after %llu)", path, (unsigned long long)i,
+                   (unsigned long long)d->doc_offsets[i], (unsigned long long)d->doc_offsets[i - 1]);
+  if (!rc && d->doc_offsets[d->n_docs] != d->n_tokens)
+    rc = GJ_FAIL("%s: /doc_offsets ends at %llu, expected n_tokens = %llu", path,
+                 (unsigned long long)d->doc_offsets[d->n_docs], (unsigned long long)d->n_tokens);
   int64_t lim = max_vocab > 0 ? max_vocab : vs;
   for (uint64_t i = 0; !rc && i < d->n_tokens; i++)
     if (d->tokens[i] >= lim)

@@ -1,6 +1,7 @@
 #include "io/h5util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,46 +33,149 @@ int gj_h5_create(const char *path, hid_t *file) {
   return 0;
 }
 
-static int read_attr(hid_t obj, const char *fname, const char *name, hid_t memt, void *out) {
-  if (H5Aexists(obj, name) <= 0) return GJ_FAIL("%s: missing attribute '%s'", fname, name);
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (a < 0) return GJ_FAIL("%s: cannot open attribute '%s'", fname, name);
-  hid_t sp = H5Aget_space(a);
-  hssize_t n = H5Sget_simple_extent_npoints(sp);
-  H5Sclose(sp);
-  H5T_class_t cls = H5Tget_class(H5Aget_type(a));
-  herr_t rc = -1;
-  if (n == 1 && (cls == H5T_INTEGER || cls == H5T_FLOAT)) rc = H5Aread(a, memt, out);
-  H5Aclose(a);
-  if (rc < 0) return GJ_FAIL("%s: attribute '%s' is not a numeric scalar", fname, name);
-  return 0;
+/* "name", or "group/name" for an attribute of a group other than the root (/optim/lr is
+ * "optim/lr"), for messages. */
+static void attr_label(hid_t obj, const char *name, char *out, size_t n) {
+  char g[256] = "";
+  if (H5Iget_type(obj) != H5I_FILE && H5Iget_name(obj, g, sizeof g) > 0 && strcmp(g, "/"))
+    snprintf(out, n, "%s/%s", g[0] == '/' ? g + 1 : g, name);
+  else
+    snprintf(out, n, "%s", name);
+}
+
+/* Open a numeric scalar attribute: one element of integer or floating-point class. *type is
+ * its file type (the caller closes it and *a). */
+static int open_num_attr(hid_t obj, const char *fname, const char *name, const char *lab,
+                         hid_t *a, hid_t *type, H5T_class_t *cls) {
+  *a = *type = -1;
+  htri_t ex = H5Aexists(obj, name);
+  if (ex < 0) return GJ_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
+  if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
+  *a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (*a < 0) return GJ_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
+  hid_t sp = H5Aget_space(*a);
+  hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+  if (sp >= 0) H5Sclose(sp);
+  *type = H5Aget_type(*a);
+  *cls = *type < 0 ? H5T_NO_CLASS : H5Tget_class(*type);
+  if (n == 1 && (*cls == H5T_INTEGER || *cls == H5T_FLOAT)) return 0;
+  if (*type >= 0) H5Tclose(*type);
+  H5Aclose(*a);
+  *a = *type = -1;
+  return GJ_FAIL("%s: attribute '%s' is not a numeric scalar", fname, lab);
 }
 
 int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out) {
-  return read_attr(obj, fname, name, H5T_NATIVE_INT64, out);
+  char lab[320];
+  attr_label(obj, name, lab, sizeof lab);
+  hid_t a, ft;
+  H5T_class_t cls;
+  GJ_TRY(open_num_attr(obj, fname, name, lab, &a, &ft, &cls));
+  int rc = 0;
+  if (cls == H5T_INTEGER) {
+    /* read in the widest type of the same sign: every stored value is exact */
+    size_t sz = H5Tget_size(ft);
+    H5T_sign_t sg = H5Tget_sign(ft);
+    if (sz == 0 || sz > 8 || sg == H5T_SGN_ERROR) {
+      rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, sz);
+    } else if (sg == H5T_SGN_NONE) {
+      uint64_t u;
+      if (H5Aread(a, H5T_NATIVE_UINT64, &u) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+      else if (u > (uint64_t)INT64_MAX)
+        rc = GJ_FAIL("%s: attribute '%s' = %llu is out of the int64 range", fname, lab, (unsigned long long)u);
+      else *out = (int64_t)u;
+    } else if (H5Aread(a, H5T_NATIVE_INT64, out) < 0) {
+      rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    }
+  } else {
+    /* a float holding an integer is accepted; a fraction, infinity or NaN is not */
+    double v;
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    else if (!isfinite(v) || v < -9223372036854775808.0 || v >= 9223372036854775808.0)
+      rc = GJ_FAIL("%s: attribute '%s' = %g is not an integer in the int64 range", fname, lab, v);
+    else if (v != floor(v))
+      rc = GJ_FAIL("%s: attribute '%s' = %.17g is not an integer", fname, lab, v);
+    else *out = (int64_t)v;
+  }
+  H5Tclose(ft);
+  H5Aclose(a);
+  return rc;
 }
 
 int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out) {
-  return read_attr(obj, fname, name, H5T_NATIVE_DOUBLE, out);
+  char lab[320];
+  attr_label(obj, name, lab, sizeof lab);
+  hid_t a, ft;
+  H5T_class_t cls;
+  GJ_TRY(open_num_attr(obj, fname, name, lab, &a, &ft, &cls));
+  int rc = 0;
+  double v;
+  if (cls == H5T_INTEGER && H5Tget_size(ft) > 8)
+    rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, H5Tget_size(ft));
+  else if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0)
+    rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+  else if (!isfinite(v))
+    rc = GJ_FAIL("%s: attribute '%s' = %g is not a finite number", fname, lab, v);
+  else *out = v;
+  H5Tclose(ft);
+  H5Aclose(a);
+  return rc;
+}
+
+int gj_h5_attr_i64_in(hid_t obj, const char *fname, const char *name, int64_t lo, int64_t hi,
+                      int64_t *out) {
+  int64_t v;
+  GJ_TRY(gj_h5_attr_i64(obj, fname, name, &v));
+  if (v < lo || v > hi) {
+    char lab[320];
+    attr_label(obj, name, lab, sizeof lab);
+    return GJ_FAIL("%s: attribute '%s' = %lld is out of range [%lld, %lld]", fname, lab,
+                   (long long)v, (long long)lo, (long long)hi);
+  }
+  *out = v;
+  return 0;
+}
+
+int gj_h5_attr_f64_in(hid_t obj, const char *fname, const char *name, double lo, double hi,
+                      int open, double *out) {
+  double v;
+  GJ_TRY(gj_h5_attr_f64(obj, fname, name, &v));
+  int lo_open = open & GJ_H5_LO_OPEN, hi_open = open & GJ_H5_HI_OPEN;
+  if ((lo_open ? !(v > lo) : !(v >= lo)) || (hi_open ? !(v < hi) : !(v <= hi))) {
+    char lab[320];
+    attr_label(obj, name, lab, sizeof lab);
+    return GJ_FAIL("%s: attribute '%s' = %g is out of range %c%g, %g%c", fname, lab, v,
+                   lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  }
+  *out = v;
+  return 0;
 }
 
 int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n) {
-  if (H5Aexists(obj, name) <= 0) return GJ_FAIL("%s: missing attribute '%s'", fname, name);
+  char lab[320];
+  attr_label(obj, name, lab, sizeof lab);
+  htri_t ex = H5Aexists(obj, name);
+  if (ex < 0) return GJ_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
+  if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  hid_t ft = H5Aget_type(a);
+  if (a < 0) return GJ_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
+  hid_t ft = H5Aget_type(a), sp = H5Aget_space(a);
+  hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
   int rc = 0;
-  if (H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0) {
-    rc = GJ_FAIL("%s: attribute '%s' is not a fixed-length string", fname, name);
+  if (ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) != 0 || np != 1) {
+    rc = GJ_FAIL("%s: attribute '%s' is not a fixed-length string", fname, lab);
   } else {
     size_t sz = H5Tget_size(ft);
-    char *buf = calloc(sz + 1, 1);
+    char *buf = sz && sz <= 65536 ? calloc(sz + 1, 1) : NULL;
     hid_t mt = H5Tcopy(ft);
-    if (!buf || H5Aread(a, mt, buf) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s'", fname, name);
+    if (!sz || sz > 65536) rc = GJ_FAIL("%s: attribute '%s' is a string of %zu bytes (at most 65536)", fname, lab, sz);
+    else if (!buf || mt < 0 || H5Aread(a, mt, buf) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s'", fname, lab);
     else snprintf(out, n, "%s", buf);
-    H5Tclose(mt);
+    if (mt >= 0) H5Tclose(mt);
     free(buf);
   }
-  H5Tclose(ft);
+  if (sp >= 0) H5Sclose(sp);
+  if (ft >= 0) H5Tclose(ft);
   H5Aclose(a);
   return rc;
 }
@@ -111,7 +215,8 @@ static int open_dset(hid_t file, const char *fname, const char *path, hid_t *d) 
 }
 
 static int path_exists(hid_t file, const char *path) {
-  char buf[512];
+  char buf[1024];
+  if (strlen(path) >= sizeof buf) return 0;
   snprintf(buf, sizeof buf, "%s", path);
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
@@ -123,72 +228,134 @@ static int path_exists(hid_t file, const char *path) {
   return H5Lexists(file, buf, H5P_DEFAULT) > 0;
 }
 
+/* The shape of an open dataset (rank <= 4, each dimension < 2^62). */
+static int dset_shape(hid_t d, const char *fname, const char *path, int *ndim, int64_t dims[4]) {
+  hid_t sp = H5Dget_space(d);
+  int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+  hsize_t hd[4] = {0};
+  int rc = 0;
+  if (nd < 0 || nd > 4) rc = GJ_FAIL("%s: dataset '%s' has an unsupported rank", fname, path);
+  else if (H5Sget_simple_extent_dims(sp, hd, NULL) < 0) rc = GJ_FAIL("%s: cannot read the shape of dataset '%s'", fname, path);
+  for (int i = 0; !rc && i < nd; i++) {
+    if (hd[i] >= (hsize_t)1 << 62)
+      rc = GJ_FAIL("%s: dataset '%s' has a dimension of %llu", fname, path, (unsigned long long)hd[i]);
+    dims[i] = (int64_t)hd[i];
+  }
+  if (!rc) *ndim = nd;
+  if (sp >= 0) H5Sclose(sp);
+  return rc;
+}
+
 int gj_h5_shape(hid_t file, const char *fname, const char *path, int *ndim, int64_t dims[4]) {
   if (!path_exists(file, path)) return GJ_FAIL("%s: missing dataset '%s'", fname, path);
   hid_t d = -1;
   GJ_TRY(open_dset(file, fname, path, &d));
-  hid_t sp = H5Dget_space(d);
-  int nd = H5Sget_simple_extent_ndims(sp);
-  hsize_t hd[8] = {0};
-  if (nd < 0 || nd > 4) {
-    H5Sclose(sp), H5Dclose(d);
-    return GJ_FAIL("%s: dataset '%s' has an unsupported rank", fname, path);
+  int rc = dset_shape(d, fname, path, ndim, dims);
+  H5Dclose(d);
+  return rc;
+}
+
+const char *gj_h5_type_name(hid_t t, char *out, size_t n) {
+  H5T_class_t cls = H5Tget_class(t);
+  size_t sz = H5Tget_size(t);
+  if (cls == H5T_INTEGER)
+    snprintf(out, n, "%s%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "uint" : "int", 8 * sz);
+  else if (cls == H5T_FLOAT) snprintf(out, n, "float%zu", 8 * sz);
+  else if (cls == H5T_STRING) snprintf(out, n, "string");
+  else if (cls == H5T_ENUM) snprintf(out, n, "enum (bool?)");
+  else if (cls == H5T_COMPOUND) snprintf(out, n, "compound");
+  else snprintf(out, n, "type class %d", (int)cls);
+  return out;
+}
+
+/* Opens path and checks that its element type is of class want (H5T_INTEGER or H5T_FLOAT;
+ * what: how to say it in the message). */
+static int open_typed(hid_t file, const char *fname, const char *path, H5T_class_t want,
+                      const char *what, hid_t *d) {
+  if (!path_exists(file, path)) return GJ_FAIL("%s: missing dataset '%s'", fname, path);
+  GJ_TRY(open_dset(file, fname, path, d));
+  hid_t t = H5Dget_type(*d);
+  if (t >= 0 && H5Tget_class(t) == want && H5Tget_size(t) <= 8) {
+    H5Tclose(t);
+    return 0;
   }
-  H5Sget_simple_extent_dims(sp, hd, NULL);
-  for (int i = 0; i < nd; i++) dims[i] = (int64_t)hd[i];
-  *ndim = nd;
-  H5Sclose(sp), H5Dclose(d);
-  return 0;
+  char tn[64] = "unreadable";
+  if (t >= 0) gj_h5_type_name(t, tn, sizeof tn), H5Tclose(t);
+  H5Dclose(*d);
+  *d = -1;
+  return GJ_FAIL("%s: dataset '%s' is %s, expected %s", fname, path, tn, what);
 }
 
 int gj_h5_read_block_f32(hid_t file, const char *fname, const char *path, int64_t rows,
                          int64_t cols, int ndim, int64_t row0, int64_t col0, int64_t nrows,
                          int64_t ncols, float *out) {
+  if (row0 < 0 || col0 < 0 || nrows < 0 || ncols < 0 || row0 + nrows > rows || col0 + ncols > cols)
+    return GJ_FAIL("internal: block [%lld+%lld, %lld+%lld] of %s outside [%lld, %lld]", (long long)row0,
+                   (long long)nrows, (long long)col0, (long long)ncols, path, (long long)rows, (long long)cols);
+  hid_t d;
+  /* an integer dataset would be converted silently: it is not a float tensor */
+  GJ_TRY(open_typed(file, fname, path, H5T_FLOAT, "floating point (float32)", &d));
   int nd;
   int64_t dims[4];
-  GJ_TRY(gj_h5_shape(file, fname, path, &nd, dims));
-  int ok = nd == ndim && (nd == 0 || dims[0] == rows) && (nd < 2 || dims[1] == cols);
-  if (!ok) {
+  int rc = dset_shape(d, fname, path, &nd, dims);
+  int ok = !rc && nd == ndim && (nd == 0 || dims[0] == rows) && (nd < 2 || dims[1] == cols);
+  if (!rc && !ok) {
     if (ndim == 2)
-      return GJ_FAIL("%s: dataset '%s' should have shape [%lld, %lld]", fname, path,
-                     (long long)rows, (long long)cols);
-    return GJ_FAIL("%s: dataset '%s' should have shape [%lld]", fname, path, (long long)rows);
+      rc = GJ_FAIL("%s: dataset '%s' should have shape [%lld, %lld]", fname, path,
+                   (long long)rows, (long long)cols);
+    else
+      rc = GJ_FAIL("%s: dataset '%s' should have shape [%lld]", fname, path, (long long)rows);
   }
-  if (nd > 0 && (nrows == 0 || ncols == 0)) return 0;
-  hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+  if (rc || (nd > 0 && (nrows == 0 || ncols == 0))) return H5Dclose(d), rc;
   hid_t fs = H5Dget_space(d);
   hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0}, count[2] = {(hsize_t)nrows, (hsize_t)ncols};
-  if (nd > 0) H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
   hsize_t mdims[2] = {(hsize_t)nrows, (hsize_t)ncols};
   hid_t ms = nd == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(nd, mdims, NULL);
-  herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);
-  H5Sclose(ms), H5Sclose(fs), H5Dclose(d);
-  if (rc < 0) return GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
+  herr_t r = fs < 0 || ms < 0 ? -1 : 0;
+  if (!r && nd > 0) r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+  if (!r) r = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);
+  if (ms >= 0) H5Sclose(ms);
+  if (fs >= 0) H5Sclose(fs);
+  H5Dclose(d);
+  if (r < 0) return GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
   return 0;
 }
 
 static int read_all(hid_t file, const char *fname, const char *path, int64_t n, hid_t memt,
-                    void *out) {
+                    H5T_class_t cls, const char *what, void *out) {
+  hid_t d;
+  GJ_TRY(open_typed(file, fname, path, cls, what, &d));
   int nd;
-  int64_t dims[4], total = 1;
-  GJ_TRY(gj_h5_shape(file, fname, path, &nd, dims));
-  for (int i = 0; i < nd; i++) total *= dims[i];
-  if (total != n)
-    return GJ_FAIL("%s: dataset '%s' has %lld elements, expected %lld", fname, path,
-                   (long long)total, (long long)n);
-  hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-  herr_t rc = H5Dread(d, memt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+  int64_t dims[4];
+  size_t total = 1;
+  int rc = dset_shape(d, fname, path, &nd, dims);
+  for (int i = 0; !rc && i < nd; i++)
+    if (gj_mul_size(&total, total, (size_t)dims[i])) rc = GJ_FAIL("%s: dataset '%s' is too large", fname, path);
+  if (!rc && (n < 0 || total != (size_t)n))
+    rc = GJ_FAIL("%s: dataset '%s' has %zu elements, expected %lld", fname, path, total, (long long)n);
+  if (!rc && H5Dread(d, memt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+    rc = GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
   H5Dclose(d);
-  if (rc < 0) return GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
-  return 0;
+  return rc;
 }
 
 int gj_h5_read_i32(hid_t file, const char *fname, const char *path, int64_t n, int32_t *out) {
-  return read_all(file, fname, path, n, H5T_NATIVE_INT32, out);
+  /* integer datasets only; wider values than int32 would be clamped by the conversion */
+  hid_t d;
+  GJ_TRY(open_typed(file, fname, path, H5T_INTEGER, "an integer type", &d));
+  hid_t t = H5Dget_type(d);
+  size_t sz = t < 0 ? 0 : H5Tget_size(t);
+  int uns = t >= 0 && H5Tget_sign(t) == H5T_SGN_NONE;
+  char tn[64] = "unreadable";
+  if (t >= 0) gj_h5_type_name(t, tn, sizeof tn), H5Tclose(t);
+  H5Dclose(d);
+  if (sz == 0 || sz > 4 || (uns && sz == 4))
+    return GJ_FAIL("%s: dataset '%s' is %s, expected an integer type within int32", fname, path, tn);
+  return read_all(file, fname, path, n, H5T_NATIVE_INT32, H5T_INTEGER, "an integer type", out);
 }
 
 int gj_h5_read_f64(hid_t file, const char *fname, const char *path, int64_t n, double *out) {
-  return read_all(file, fname, path, n, H5T_NATIVE_DOUBLE, out);
+  return read_all(file, fname, path, n, H5T_NATIVE_DOUBLE, H5T_FLOAT, "floating point", out);
 }
 
 static int write_ds(hid_t file, const char *path, hid_t filet, hid_t memt, const void *data,

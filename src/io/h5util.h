@@ -12,21 +12,38 @@ void gj_h5_quiet(void);
 int gj_h5_open_read(const char *path, hid_t *file);
 int gj_h5_create(const char *path, hid_t *file); /* truncates */
 
+/* Numeric scalar attributes. An int64 read takes an integer of at most 8 bytes (an unsigned
+ * value above INT64_MAX is refused) or a float holding an integer (a fraction, infinity or NaN
+ * is refused); a double read takes either class and refuses infinity and NaN. Messages name
+ * the file and the attribute (group/name for a group's attribute). */
 int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out);
 int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out);
+/* The same, and refuse a value outside [lo, hi] (open: GJ_H5_LO_OPEN and/or GJ_H5_HI_OPEN
+ * exclude the bound). */
+#define GJ_H5_LO_OPEN 1
+#define GJ_H5_HI_OPEN 2
+int gj_h5_attr_i64_in(hid_t obj, const char *fname, const char *name, int64_t lo, int64_t hi,
+                      int64_t *out);
+int gj_h5_attr_f64_in(hid_t obj, const char *fname, const char *name, double lo, double hi,
+                      int open, double *out);
 int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n);
 int gj_h5_write_attr_i64(hid_t obj, const char *name, int64_t v);
 int gj_h5_write_attr_f64(hid_t obj, const char *name, double v);
 int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s);
 
-/* Shape of a dataset: *ndim and dims[0..ndim-1] (ndim <= 4; a scalar has ndim 0). */
+/* Shape of a dataset: *ndim and dims[0..ndim-1] (ndim <= 4; a scalar has ndim 0; each
+ * dimension below 2^62). */
 int gj_h5_shape(hid_t file, const char *fname, const char *path, int *ndim, int64_t dims[4]);
+/* A short name of an HDF5 type for messages ("uint16", "int64", "float32", ...). */
+const char *gj_h5_type_name(hid_t type, char *out, size_t n);
 /* Read the block [row0, row0+nrows) x [col0, col0+ncols) of a 1-D (cols = 1) or 2-D dataset
- * whose shape must be exactly (rows, cols); converts to float. A scalar: rows = cols = 1. */
+ * whose shape must be exactly (rows, cols) and whose type must be floating point (an integer
+ * dataset is refused, not converted); converts to float. A scalar: rows = cols = 1. */
 int gj_h5_read_block_f32(hid_t file, const char *fname, const char *path, int64_t rows,
                          int64_t cols, int ndim, int64_t row0, int64_t col0, int64_t nrows,
                          int64_t ncols, float *out);
-/* Read a whole dataset of n elements as int32 or double. */
+/* Read a whole dataset of n elements as int32 (integer types within int32's range only) or
+ * double (floating-point types only). */
 int gj_h5_read_i32(hid_t file, const char *fname, const char *path, int64_t n, int32_t *out);
 int gj_h5_read_f64(hid_t file, const char *fname, const char *path, int64_t n, double *out);
 /* Write a float32 (or int32, or scalar double) dataset, creating intermediate groups. */

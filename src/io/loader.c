@@ -30,8 +30,10 @@ int gj_loader_init(gj_loader *l, const gj_dataset *ds, int64_t T, uint64_t seed,
     return GJ_FAIL("%s: %llu tokens, fewer than one window of seq_len + 1 = %lld", ds->path,
                    (unsigned long long)ds->n_tokens, (long long)T + 1);
   l->n_windows = (ds->n_tokens - 1) / T;
-  l->order = malloc(l->n_windows * sizeof(uint64_t));
-  if (!l->order) return GJ_FAIL("out of memory");
+  size_t bytes;
+  l->order = gj_mul_size(&bytes, (size_t)l->n_windows, sizeof(uint64_t)) ? NULL : malloc(bytes);
+  if (!l->order)
+    return GJ_FAIL("%s: out of memory for the order of %llu windows", ds->path, (unsigned long long)l->n_windows);
   make_order(l);
   return 0;
 }
@@ -52,7 +54,7 @@ int gj_loader_restore(gj_loader *l, gj_loader_state st) {
 }
 
 int gj_loader_next(gj_loader *l, int64_t G, uint64_t *win) {
-  if ((uint64_t)G > l->n_windows)
+  if (G < 1 || (uint64_t)G > l->n_windows)
     return GJ_FAIL("%s: a global batch of %lld windows exceeds the dataset's %llu windows of %lld "
                    "tokens", l->ds->path, (long long)G, (unsigned long long)l->n_windows,
                    (long long)l->T + 1);

@@ -54,6 +54,55 @@ void gj_st_close(gj_st_file *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* Order of tensors by data offset (then end), for the overlap check. */
+static int by_offset(const void *a, const void *b) {
+  const gj_st_tensor *x = *(const gj_st_tensor *const *)a, *y = *(const gj_st_tensor *const *)b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const gj_st_tensor *)a)->name, ((const gj_st_tensor *)b)->name);
+}
+
+/* One header entry into t; the message names the tensor. */
+static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t data0, uint64_t dsize,
+                        gj_st_tensor *t) {
+  if (strlen(key) >= sizeof t->name) return GJ_FAIL("%s: tensor name too long (%zu bytes)", path, strlen(key));
+  snprintf(t->name, sizeof t->name, "%s", key);
+  if (!json_is_object(v)) return GJ_FAIL("%s: tensor '%s' is not a JSON object", path, key);
+  json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+         *off = json_object_get(v, "data_offsets");
+  if (!json_is_string(dt) || dtype_of(json_string_value(dt), &t->dtype))
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", path, key,
+                   json_is_string(dt) ? json_string_value(dt) : "(missing)");
+  if (!json_is_array(sh) || json_array_size(sh) > 4 || !json_is_array(off) || json_array_size(off) != 2)
+    return GJ_FAIL("%s: tensor '%s': bad shape or data_offsets", path, key);
+  t->ndim = (int)json_array_size(sh);
+  /* numel and bytes in checked arithmetic: a shape whose product overflows is refused */
+  size_t numel = 1, bytes;
+  for (int i = 0; i < t->ndim; i++) {
+    json_t *d = json_array_get(sh, i);
+    if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > ((json_int_t)1 << 40))
+      return GJ_FAIL("%s: tensor '%s': bad shape (dimensions are integers in [0, 2^40])", path, key);
+    t->shape[i] = json_integer_value(d);
+    if (gj_mul_size(&numel, numel, (size_t)t->shape[i]))
+      return GJ_FAIL("%s: tensor '%s': the shape's element count overflows", path, key);
+  }
+  if (gj_mul_size(&bytes, numel, dtype_size(t->dtype)))
+    return GJ_FAIL("%s: tensor '%s': the shape's byte count overflows", path, key);
+  json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
+  if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+      json_integer_value(e) < json_integer_value(b) || (uint64_t)json_integer_value(e) > dsize)
+    return GJ_FAIL("%s: tensor '%s': data_offsets outside the %llu data bytes of the file", path, key,
+                   (unsigned long long)dsize);
+  t->begin = data0 + (uint64_t)json_integer_value(b), t->end = data0 + (uint64_t)json_integer_value(e);
+  if (t->end - t->begin != bytes)
+    return GJ_FAIL("%s: tensor '%s': %llu data bytes for %zu elements of %zu bytes", path, key,
+                   (unsigned long long)(t->end - t->begin), numel, dtype_size(t->dtype));
+  return 0;
+}
+
 int gj_st_open(gj_st_file *s, const char *path) {
   memset(s, 0, sizeof *s);
   snprintf(s->path, sizeof s->path, "%s", path);
@@ -67,79 +116,62 @@ int gj_st_open(gj_st_file *s, const char *path) {
   if (size < 8 || fread(lb, 1, 8, s->f) != 8) return gj_st_close(s), GJ_FAIL("%s: too short for a safetensors header", path);
   uint64_t hl = 0;
   for (int i = 7; i >= 0; i--) hl = hl << 8 | lb[i];
-  if (hl < 2 || hl > 100000000 || 8 + hl > size)
-    return gj_st_close(s), GJ_FAIL("%s: header length %llu does not fit in the file of %llu bytes", path,
-                                   (unsigned long long)hl, (unsigned long long)size);
+  if (hl < 2 || hl > GJ_ST_MAX_HEADER || hl > size - 8)
+    return gj_st_close(s), GJ_FAIL("%s: header length %llu does not fit in the file of %llu bytes "
+                                   "(or is above the limit of %llu)", path, (unsigned long long)hl,
+                                   (unsigned long long)size, (unsigned long long)GJ_ST_MAX_HEADER);
   char *hdr = malloc(hl + 1);
   if (!hdr || fread(hdr, 1, hl, s->f) != hl) return free(hdr), gj_st_close(s), GJ_FAIL("%s: cannot read the header", path);
   json_error_t err;
-  json_t *root = json_loadb(hdr, hl, 0, &err);
+  /* a name given twice would leave it open which tensor is meant */
+  json_t *root = json_loadb(hdr, hl, JSON_REJECT_DUPLICATES, &err);
   free(hdr);
   if (!root || !json_is_object(root)) {
     json_decref(root);
     gj_st_close(s);
-    return GJ_FAIL("%s: header is not a JSON object (%s)", path, err.text);
+    return GJ_FAIL("%s: header is not a JSON object without duplicate keys (%s)", path,
+                   root ? "another JSON value" : err.text);
   }
   uint64_t data0 = 8 + hl, dsize = size - data0;
-  s->t = calloc(json_object_size(root) + 1, sizeof(gj_st_tensor));
+  size_t nkeys = json_object_size(root);
+  s->t = nkeys < INT32_MAX ? calloc(nkeys + 1, sizeof(gj_st_tensor)) : NULL;
+  int rc = s->t ? 0 : GJ_FAIL("%s: out of memory for %zu tensors", path, nkeys);
   const char *key;
   json_t *v;
-  int rc = 0;
   json_object_foreach(root, key, v) {
-    if (!strcmp(key, "__metadata__")) continue;
-    gj_st_tensor *t = &s->t[s->n];
-    json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
-           *off = json_object_get(v, "data_offsets");
-    if (strlen(key) >= sizeof t->name) { rc = GJ_FAIL("%s: tensor name too long", path); break; }
-    snprintf(t->name, sizeof t->name, "%s", key);
-    if (!json_is_string(dt) || dtype_of(json_string_value(dt), &t->dtype)) {
-      rc = GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", path, key,
-                   json_is_string(dt) ? json_string_value(dt) : "(missing)");
-      break;
-    }
-    if (!json_is_array(sh) || json_array_size(sh) > 4 || !json_is_array(off) || json_array_size(off) != 2) {
-      rc = GJ_FAIL("%s: tensor '%s': bad shape or data_offsets", path, key);
-      break;
-    }
-    t->ndim = (int)json_array_size(sh);
-    uint64_t numel = 1;
-    for (int i = 0; i < t->ndim && !rc; i++) {
-      json_t *d = json_array_get(sh, i);
-      if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > ((json_int_t)1 << 40))
-        rc = GJ_FAIL("%s: tensor '%s': bad shape", path, key);
-      else t->shape[i] = json_integer_value(d), numel *= (uint64_t)t->shape[i];
-    }
     if (rc) break;
-    json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
-        json_integer_value(e) < json_integer_value(b) || (uint64_t)json_integer_value(e) > dsize) {
-      rc = GJ_FAIL("%s: tensor '%s': data_offsets outside the %llu data bytes of the file", path, key,
-                   (unsigned long long)dsize);
-      break;
-    }
-    t->begin = data0 + (uint64_t)json_integer_value(b), t->end = data0 + (uint64_t)json_integer_value(e);
-    if (t->end - t->begin != numel * dtype_size(t->dtype)) {
-      rc = GJ_FAIL("%s: tensor '%s': %llu data bytes for %llu elements of %zu bytes", path, key,
-                   (unsigned long long)(t->end - t->begin), (unsigned long long)numel, dtype_size(t->dtype));
-      break;
-    }
-    s->n++;
+    if (!strcmp(key, "__metadata__")) continue;
+    rc = parse_tensor(path, key, v, data0, dsize, &s->t[s->n]);
+    if (!rc) s->n++;
   }
   json_decref(root);
-  /* Tensors must not overlap. */
-  for (int i = 0; !rc && i < s->n; i++)
-    for (int j = i + 1; !rc && j < s->n; j++)
-      if (s->t[i].begin < s->t[j].end && s->t[j].begin < s->t[i].end && s->t[i].end > s->t[i].begin &&
-          s->t[j].end > s->t[j].begin)
-        rc = GJ_FAIL("%s: tensors '%s' and '%s' overlap", path, s->t[i].name, s->t[j].name);
+  /* Tensors must not overlap: sorted by offset, each non-empty tensor starts at or after the
+   * end of every earlier one (O(n log n)). */
+  const gj_st_tensor **ord = rc ? NULL : malloc(((size_t)s->n + 1) * sizeof *ord);
+  if (!rc && !ord) rc = GJ_FAIL("%s: out of memory", path);
+  if (!rc) {
+    for (int i = 0; i < s->n; i++) ord[i] = &s->t[i];
+    qsort(ord, s->n, sizeof *ord, by_offset);
+    const gj_st_tensor *last = NULL; /* the non-empty tensor reaching furthest so far */
+    for (int i = 0; !rc && i < s->n; i++) {
+      if (ord[i]->end == ord[i]->begin) continue;
+      if (last && ord[i]->begin < last->end)
+        rc = GJ_FAIL("%s: tensors '%s' and '%s' overlap", path, last->name, ord[i]->name);
+      if (!last || ord[i]->end > last->end) last = ord[i];
+    }
+  }
+  free(ord);
+  /* sorted by name for gj_st_find (names are unique: duplicates were refused) */
+  if (!rc) qsort(s->t, s->n, sizeof *s->t, by_name);
   if (rc) gj_st_close(s);
   return rc;
 }
 
 const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name) {
-  for (int i = 0; i < s->n; i++)
-    if (!strcmp(s->t[i].name, name)) return &s->t[i];
-  return NULL;
+  if (!s->t || s->n == 0 || strlen(name) >= sizeof s->t->name) return NULL;
+  gj_st_tensor key;
+  snprintf(key.name, sizeof key.name, "%s", name);
+  return bsearch(&key, s->t, s->n, sizeof *s->t, by_name);
 }
 
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {

@@ -1,7 +1,10 @@
 /* safetensors files (Hugging Face): an 8-byte little-endian header length, a JSON header
  * {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data.
  * The header is parsed with a real JSON parser and every offset and length is checked against
- * the file size before any tensor is read. */
+ * the file size before any tensor is read: dimensions in [0, 2^40], element and byte counts
+ * without overflow, data_offsets inside the file and consistent with the shape and dtype,
+ * no two tensors overlapping, no name given twice. Opening takes O(n log n) time in the number
+ * of tensors. */
 #ifndef GJ_IO_SAFETENSORS_H
 #define GJ_IO_SAFETENSORS_H
 
@@ -20,15 +23,20 @@ typedef struct {
   uint64_t begin, end; /* absolute file offsets */
 } gj_st_tensor;
 
+/* Longest header accepted (the limit of Hugging Face's own reader, 100 MB: about a million
+ * tensors); a longer one is refused before it is read. */
+#define GJ_ST_MAX_HEADER 100000000ULL
+
 typedef struct {
   char path[1024];
   FILE *f;
-  gj_st_tensor *t;
+  gj_st_tensor *t; /* sorted by name */
   int n;
 } gj_st_file;
 
 int gj_st_open(gj_st_file *s, const char *path);
 void gj_st_close(gj_st_file *s);
+/* The tensor of that name, or NULL; O(log n). */
 const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name);
 /* Read tensor t converted to float32 into out (numel floats). */
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out);

@@ -53,13 +53,31 @@ int gj_config_set(gj_config *c, const char *key, const char *value) {
   return 1;
 }
 
+int gj_config_check_sizes(const gj_config *c) {
+  struct { const char *key; int64_t v, max; } f[] = {
+      {"vocab_size", c->vocab_size, GJ_MAX_VOCAB}, {"n_embd", c->n_embd, GJ_MAX_EMBD},
+      {"n_layer", c->n_layer, GJ_MAX_LAYER},       {"n_head", c->n_head, GJ_MAX_EMBD},
+      {"n_inner", c->n_inner, GJ_MAX_INNER},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].v < 1 || f[i].v > f[i].max)
+      return GJ_FAIL("%s = %lld is out of range [1, %lld]", f[i].key, (long long)f[i].v,
+                     (long long)f[i].max);
+  /* every factor is bounded above, so this sum cannot overflow int64 (< 2^48) */
+  int64_t n = gj_config_n_params(c);
+  if (n > GJ_MAX_PARAMS)
+    return GJ_FAIL("the model has %lld parameters, more than the limit %lld (vocab_size %lld, "
+                   "n_embd %lld, n_layer %lld, n_inner %lld)", (long long)n, (long long)GJ_MAX_PARAMS,
+                   (long long)c->vocab_size, (long long)c->n_embd, (long long)c->n_layer,
+                   (long long)c->n_inner);
+  return 0;
+}
+
 int gj_config_validate(const gj_config *c) {
-  if (c->vocab_size <= 0) return GJ_FAIL("vocab_size must be positive (got %lld)", (long long)c->vocab_size);
-  if (c->n_positions <= 0) return GJ_FAIL("n_positions must be positive (got %lld)", (long long)c->n_positions);
-  if (c->n_embd <= 0) return GJ_FAIL("n_embd must be positive (got %lld)", (long long)c->n_embd);
-  if (c->n_layer <= 0) return GJ_FAIL("n_layer must be positive (got %lld)", (long long)c->n_layer);
-  if (c->n_head <= 0) return GJ_FAIL("n_head must be positive (got %lld)", (long long)c->n_head);
-  if (c->n_inner <= 0) return GJ_FAIL("n_inner must be positive (got %lld)", (long long)c->n_inner);
+  GJ_TRY(gj_config_check_sizes(c));
+  if (c->n_positions < 1 || c->n_positions > GJ_MAX_POSITIONS)
+    return GJ_FAIL("n_positions = %lld is out of range [1, %lld]", (long long)c->n_positions,
+                   (long long)GJ_MAX_POSITIONS);
   if (c->n_embd % c->n_head)
     return GJ_FAIL("n_embd %lld is not divisible by n_head %lld", (long long)c->n_embd,
                    (long long)c->n_head);
@@ -69,8 +87,8 @@ int gj_config_validate(const gj_config *c) {
   if (c->rotary_dim > hd)
     return GJ_FAIL("rotary_dim %lld is larger than the head dimension %lld (n_embd/n_head)",
                    (long long)c->rotary_dim, (long long)hd);
-  if (!(c->layer_norm_epsilon > 0))
-    return GJ_FAIL("layer_norm_epsilon must be positive (got %g)", c->layer_norm_epsilon);
+  if (!(c->layer_norm_epsilon > 0 && c->layer_norm_epsilon <= 1)) /* also refuses NaN */
+    return GJ_FAIL("layer_norm_epsilon = %g is out of range (0, 1]", c->layer_norm_epsilon);
   return 0;
 }
 

@@ -69,45 +69,98 @@ static void param_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
 #define GJ_ACT_ITEMS 34
 typedef struct { float **p; size_t n; } act_item;
 
+/* Saturating size arithmetic for the activation sizes: a product that overflows becomes
+ * SIZE_MAX, far above GJ_ACT_MAX_FLOATS, so act_total refuses it and no wrapped size ever
+ * reaches an allocation. */
+static size_t smul(size_t a, size_t b) {
+  size_t n;
+  return gj_mul_size(&n, a, b) ? SIZE_MAX : n;
+}
+static size_t smul3(size_t a, size_t b, size_t c) { return smul(smul(a, b), c); }
+static size_t sadd(size_t a, size_t b) {
+  size_t n;
+  return gj_add_size(&n, a, b) ? SIZE_MAX : n;
+}
+static size_t shalf(size_t a) { return a / 2 + (a & 1); } /* ceil(a / 2) without overflow */
+
+/* Largest activation arena (2^60 bytes): no machine has it, and below it every int64 product
+ * of the kernels' sizes (rows * columns of any buffer) is exact. */
+#define GJ_ACT_MAX_FLOATS ((size_t)1 << 58)
+
 static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int recompute,
                      int training, int64_t Bmax, int64_t Tmax, int nthreads) {
-  int64_t L = c->n_layer, D = c->n_embd, N = Bmax * Tmax, R = c->rotary_dim;
+  /* the config is valid (each factor bounded), Bmax, Tmax >= 1 and Tmax <= n_positions
+   * (check_shape): only products with the batch can overflow, and those saturate */
+  size_t L = (size_t)c->n_layer, D = (size_t)c->n_embd, N = smul((size_t)Bmax, (size_t)Tmax);
+  size_t R = (size_t)c->rotary_dim;
   /* With recomputation only the residual stream is kept per layer; the rest of a layer's
    * activations live in one slot, recomputed during backward. */
-  int64_t Ls = recompute ? 1 : L;
-  int64_t Hl = c->n_head / tp, Dl = Hl * gj_config_head_dim(c), Fl = c->n_inner / tp;
-  int64_t Vl = c->vocab_size / tp;
+  size_t Ls = recompute ? 1 : L;
+  size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
+  size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)(c->vocab_size / tp);
   /* a training model keeps the logits of one block of rows of the vocabulary head only */
-  int64_t Nlg = training ? GJ_MIN(N, GJ_HEAD_ROWS) : N;
+  size_t Nlg = training ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
   /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
-  int64_t g16 = GJ_MAX(N * GJ_MAX(Fl, Dl), GJ_MIN(N, GJ_HEAD_ROWS) * Vl);
+  size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
   /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv) */
   int lean = bf && training;
-  int64_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1;
+  size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1;
+  size_t ND = smul(N, D), NDl = smul(N, Dl);
+  /* rotary tables for the positions a forward can reach: [Tmax, R/2] */
+  size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
   act_item items[GJ_ACT_ITEMS] = {
-      {&a->resid, (L + 1) * N * D}, {&a->ln_mean, Ls * N}, {&a->ln_rstd, Ls * N},
-      {&a->h, Ls * N * D}, {&a->q, Lq * N * Dl}, {&a->k, Lq * N * Dl}, {&a->v, Lq * N * Dl},
-      {&a->att, Ls * N * Dl}, {&a->lse, Ls * N * Hl}, {&a->pre, Ls * N * Fl},
-      {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, N * D},
-      {&a->logits, Nlg * Vl}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, 2 * N},
-      {&a->y, N * D}, {&a->dx, N * D}, {&a->dh, N * D}, {&a->dq, N * Dl},
-      {&a->dk, N * Dl}, {&a->dv, N * Dl}, {&a->datt, N * Dl}, {&a->dact, N * Fl},
+      {&a->resid, smul(L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
+      {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lq, NDl)}, {&a->v, smul(Lq, NDl)},
+      {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Ls, N, Fl)},
+      {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
+      {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
+      {&a->y, ND}, {&a->dx, ND}, {&a->dh, ND}, {&a->dq, NDl},
+      {&a->dk, NDl}, {&a->dv, NDl}, {&a->datt, NDl}, {&a->dact, smul(N, Fl)},
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
-      {&a->rot_cos, c->n_positions * (R / 2) + 1}, {&a->rot_sin, c->n_positions * (R / 2) + 1},
+      {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
-      {(float **)&a->h16, bf ? (N * D + 1) / 2 : 0}, {(float **)&a->dx16, bf ? (N * D + 1) / 2 : 0},
-      {(float **)&a->g16, bf ? (g16 + 1) / 2 : 0},
-      {(float **)&a->qkv16, bf ? (3 * Lq16 + 1) * N * Dl / 2 + 1 : 0},
+      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf ? shalf(ND) : 0},
+      {(float **)&a->g16, bf ? shalf(g16) : 0},
+      {(float **)&a->qkv16, bf ? sadd(smul(3 * Lq16 + 1, NDl) / 2, 1) : 0},
   };
   memcpy(fl, items, sizeof items);
 }
 
+/* The capacity [Bmax, Tmax] and thread count act_list may rely on. */
+static int check_shape(const gj_config *c, int64_t Bmax, int64_t Tmax, int nthreads) {
+  if (Bmax < 1 || Tmax < 1)
+    return GJ_FAIL("internal: batch capacity [%lld, %lld]", (long long)Bmax, (long long)Tmax);
+  if (Tmax > c->n_positions)
+    return GJ_FAIL("sequence length %lld exceeds n_positions %lld", (long long)Tmax,
+                   (long long)c->n_positions);
+  if (nthreads < 1 || nthreads > 65536) return GJ_FAIL("internal: %d threads", nthreads);
+  return 0;
+}
+
+/* The activation arena's floats (each buffer padded to 64 bytes); refuses a batch whose
+ * buffers would exceed GJ_ACT_MAX_FLOATS (or overflow). */
+static int act_total(const act_item *fl, const gj_config *c, int64_t B, int64_t T, size_t *total) {
+  size_t t = 0;
+  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
+    if (fl[i].n > GJ_ACT_MAX_FLOATS || (t += (fl[i].n + 15) / 16 * 16) > GJ_ACT_MAX_FLOATS)
+      return GJ_FAIL("activations of a micro-batch of %lld x %lld tokens exceed %.3g bytes "
+                     "(n_layer %lld, n_embd %lld, n_inner %lld, vocab_size %lld): use a smaller "
+                     "--micro-batch or --seq-len", (long long)B, (long long)T,
+                     (double)GJ_ACT_MAX_FLOATS * sizeof(float), (long long)c->n_layer,
+                     (long long)c->n_embd, (long long)c->n_inner, (long long)c->vocab_size);
+  }
+  *total = t;
+  return 0;
+}
+
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
                    int recompute, int training, int64_t B, int64_t T, int nthreads) {
+  if (dp < 1) return GJ_FAIL("internal: DP size %d", dp);
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
+  GJ_TRY(check_shape(c, B, T, nthreads));
   size_t np, P;
   param_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
@@ -115,13 +168,14 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
     for (int i = 0; i < l.n; i++)
       if (has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
+  /* np, P <= numel + 16 dp, numel <= 2 GJ_MAX_PARAMS: these byte counts are far from overflowing */
   s->params = s->grads = np * sizeof(float);
   s->moments = 2 * P * sizeof(float);
   gj_acts dummy;
   act_item fl[GJ_ACT_ITEMS];
   act_list(&dummy, fl, c, tp, recompute, training, B, T, nthreads);
-  size_t total = 0;
-  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
+  size_t total;
+  GJ_TRY(act_total(fl, c, B, T, &total));
   s->acts = total * sizeof(float);
   return 0;
 }
@@ -130,9 +184,8 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
                     int zero, int recompute, int training) {
   memset(m, 0, sizeof *m);
   GJ_TRY(gj_config_validate(c));
-  if (Tmax > c->n_positions)
-    return GJ_FAIL("sequence length %lld exceeds n_positions %lld", (long long)Tmax,
-                   (long long)c->n_positions);
+  GJ_TRY(check_shape(c, Bmax, Tmax, omp_get_max_threads()));
+  if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
   m->c = *c;
   m->g = g;
   m->recompute = recompute;
@@ -167,8 +220,8 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   act_item fl[GJ_ACT_ITEMS];
   act_list(&m->a, fl, c, tp, recompute, training, Bmax, Tmax, m->nthreads);
   int64_t R = c->rotary_dim;
-  size_t total = 0;
-  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) total += (fl[i].n + 15) / 16 * 16;
+  size_t total;
+  GJ_TRY(act_total(fl, c, Bmax, Tmax, &total));
   m->act_bytes = total * sizeof(float);
   m->act_arena = arena_alloc(m->act_bytes);
   if (!m->act_arena) return GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
@@ -186,7 +239,7 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
 #endif
     m->w16_stale = 1;
   }
-  gj_rotary_table(m->a.rot_cos, m->a.rot_sin, c->n_positions, R);
+  gj_rotary_table(m->a.rot_cos, m->a.rot_sin, Tmax, R); /* positions < Tmax only */
   return 0;
 }
 

@@ -35,7 +35,7 @@ typedef struct {
   float *dq, *dk, *dv, *datt; /* [N, Dl] */
   float *dact;              /* [N, Fl] */
   float *attn_scratch;
-  float *rot_cos, *rot_sin; /* [n_positions, R/2] */
+  float *rot_cos, *rot_sin; /* [Tmax, R/2]: the positions a forward can reach */
   /* bf16 precision only (NULL in float32): bfloat16 copies of GEMM operands used twice or more */
   gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output */
   gj_bf16 *dx16;            /* [N, D] the current layer's output gradient */

@@ -25,34 +25,44 @@ static int add(gj_layout *l, int cap, const char *name, int ndim, int64_t rows, 
   return 0;
 }
 
+/* The ten tensors of a block, in table order (gj_layout_ptrs and gj_layout_find rely on it). */
+static const char *const block_suffix[10] = {
+    "ln_1.weight", "ln_1.bias", "attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
+    "attn.out_proj.weight", "mlp.fc_in.weight", "mlp.fc_in.bias", "mlp.fc_out.weight",
+    "mlp.fc_out.bias"};
+
 int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
   memset(l, 0, sizeof *l);
+  /* the bounds of a valid config keep every size below (table entries, numels, the
+   * global count) far from overflowing */
+  GJ_TRY(gj_config_check_sizes(c));
+  if (tp < 1 || tr < 0 || tr >= tp) return GJ_FAIL("internal: TP rank %d of %d", tr, tp);
   if (c->n_head % tp)
     return GJ_FAIL("--tp %d does not divide n_head %lld", tp, (long long)c->n_head);
   if (c->n_inner % tp)
     return GJ_FAIL("--tp %d does not divide n_inner %lld", tp, (long long)c->n_inner);
   if (c->vocab_size % tp)
     return GJ_FAIL("--tp %d does not divide the padded vocab_size %lld", tp, (long long)c->vocab_size);
-  int cap = 6 + 10 * (int)c->n_layer;
+  int cap = 6 + 10 * (int)c->n_layer; /* n_layer <= GJ_MAX_LAYER */
   l->t = calloc(cap, sizeof *l->t);
   if (!l->t) return GJ_FAIL("out of memory building the parameter table");
   int64_t V = c->vocab_size, D = c->n_embd, F = c->n_inner;
   char nm[64];
   GJ_TRY(add(l, cap, "transformer.wte.weight", 2, V, D, GJ_SHARD_ROWS, GJ_INIT_EMBED, tp, tr));
   for (int i = 0; i < c->n_layer; i++) {
-#define ADD(suffix, nd, r, cc, sh, in)                                                       \
-  snprintf(nm, sizeof nm, "transformer.h.%d.%s", i, suffix);                                 \
+#define ADD(k, nd, r, cc, sh, in)                                                            \
+  snprintf(nm, sizeof nm, "transformer.h.%d.%s", i, block_suffix[k]);                        \
   GJ_TRY(add(l, cap, nm, nd, r, cc, sh, in, tp, tr))
-    ADD("ln_1.weight", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
-    ADD("ln_1.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
-    ADD("attn.q_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD("attn.k_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD("attn.v_proj.weight", 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD("attn.out_proj.weight", 2, D, D, GJ_SHARD_COLS, GJ_INIT_PROJ);
-    ADD("mlp.fc_in.weight", 2, F, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD("mlp.fc_in.bias", 1, F, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
-    ADD("mlp.fc_out.weight", 2, D, F, GJ_SHARD_COLS, GJ_INIT_PROJ);
-    ADD("mlp.fc_out.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+    ADD(0, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
+    ADD(1, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+    ADD(2, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(3, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(4, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(5, 2, D, D, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD(6, 2, F, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(7, 1, F, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
+    ADD(8, 2, D, F, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD(9, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
 #undef ADD
   }
   GJ_TRY(add(l, cap, "transformer.ln_f.weight", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE, tp, tr));
@@ -67,10 +77,29 @@ void gj_layout_free(gj_layout *l) {
   memset(l, 0, sizeof *l);
 }
 
+/* Constant time: the position of a name in the table follows from the name (layer number and
+ * suffix, or one of the five tensors outside the blocks); the table entry then confirms it. */
 const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
-  for (int i = 0; i < l->n; i++)
-    if (!strcmp(l->t[i].name, name)) return &l->t[i];
-  return NULL;
+  if (l->n < 5) return NULL;
+  int n_layer = (l->n - 5) / 10, i = -1;
+  static const char pre[] = "transformer.h.";
+  if (!strncmp(name, pre, sizeof pre - 1)) {
+    const char *p = name + sizeof pre - 1;
+    int64_t layer = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 6; p++, digits++) layer = layer * 10 + (*p - '0');
+    if (digits == 0 || *p != '.' || layer >= n_layer) return NULL;
+    for (int k = 0; k < 10 && i < 0; k++)
+      if (!strcmp(p + 1, block_suffix[k])) i = 1 + 10 * (int)layer + k;
+  } else if (!strcmp(name, "transformer.wte.weight")) {
+    i = 0;
+  } else {
+    static const char *const tail[4] = {"transformer.ln_f.weight", "transformer.ln_f.bias",
+                                        "lm_head.weight", "lm_head.bias"};
+    for (int k = 0; k < 4 && i < 0; k++)
+      if (!strcmp(name, tail[k])) i = 1 + 10 * n_layer + k;
+  }
+  return i >= 0 && i < l->n && !strcmp(l->t[i].name, name) ? &l->t[i] : NULL;
 }
 
 void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p) {
