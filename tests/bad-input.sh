@@ -197,6 +197,7 @@ cp "$w/hf/config.json" "$w/hfsh/" && echo '{"weight_map": {}}' > "$w/hfsh/model.
 cp "$w/hf/config.json" "$w/hffifo/" && mkfifo "$w/hffifo/model.safetensors"
 long=$w$(printf '/%0200d' $(seq 1 25))                             # 5000 characters
 # -- fixtures: run directory, signals, memory, paths, start-up checks
+mkdir -p "$w/hfw" && "$g" convert --to-hf "$w/hfw" --checkpoint "$ck" >/dev/null && "$g" convert --from-hf "$w/hfw" --out "$w/run/w.h5" >/dev/null
 
 # np | expected text in the error | command (after gptj)
 rows=(
@@ -348,6 +349,16 @@ rows=(
 "2|$w/fifo: is a FIFO (pipe); under mpirun (2 ranks)|train --data $w/ok.h5 --config $w/fifo"
 "2|--out $w/f.txt: the same file as the input|tokenize --out $w/f.txt $w/f.txt"
 # -- rows: run directory, signals, memory, paths, start-up checks
+"0|--prompt-ids: id 4294967297 outside the vocabulary|generate --checkpoint $ck --prompt-ids 1,4294967297"
+"0|--prompt-ids: '1.5' is not a list of integers|generate --checkpoint $ck --prompt-ids 1.5"
+"0|--valid-data $w/short.h5: 3 tokens, fewer than one window of seq_len + 1 = 17|train --data $w/ok.h5 --valid-data $w/short.h5 --seq-len 16 --run-dir $w/r5"
+"0|holds a run (checkpoints up to step 1): continue it with --resume auto, or start over with --overwrite|train --data $w/ok.h5 --seq-len 16 --run-dir $w/run"
+"0|has checkpoints past step 0 of --resume|train --data $w/ok.h5 --seq-len 16 --run-dir $w/run --resume $w/run/w.h5"
+"0|path longer than 4096 characters|train --data $w/ok.h5 --seq-len 16 --run-dir $w/$(printf 'd%.0s' {1..4100})"
+"0|File name too long|eval --checkpoint $w/$(printf 'c%.0s' {1..4100}).h5 --data $w/ok.h5"
+"2|the model needs 0.|eval --checkpoint $ck --data $w/ok.h5 --mem-per-rank-gb 0.001"
+"0|the model needs 0.|generate --checkpoint $ck --prompt-ids 1 --mem-per-rank-gb 0.001"
+"0|the model needs 0.|train --data $w/ok.h5 --seq-len 16 --run-dir $w/r6 --mem-per-rank-gb 0.001"
 )
 for row in "${rows[@]}"; do
   np=${row%%|*}; rest=${row#*|}; want=${rest%%|*}; cmd=${rest#*|}

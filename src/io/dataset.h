@@ -16,7 +16,7 @@ typedef struct {
   uint64_t *doc_offsets; /* n_docs + 1 */
   uint64_t n_docs, n_bytes;
   int64_t vocab_size;
-  char path[1024];
+  char path[GJ_PATH_BUF];
 } gj_dataset;
 
 /* Write a dataset file atomically (io/outfile.h: temporary name, sync, rename, directory sync;

@@ -8,13 +8,13 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 void gj_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 int gj_h5_open_read(const char *path, hid_t *file) {
-  struct stat st;
-  if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected an HDF5 file", path);
+  /* a regular file: HDF5 seeks, and a FIFO would block the open */
+  GJ_TRY(gj_outfile_check_input(path, NULL, GJ_IN_SEEK));
   FILE *f = fopen(path, "rb");
   if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
   fclose(f);

@@ -364,7 +364,9 @@ int gj_rundir_lock(const char *dir) {
     char held[1024] = "";
     struct stat st;
     if (read_text(lk.path, held, sizeof held) || stat(lk.path, &st)) continue; /* just released */
-    double age = difftime(time(NULL), st.st_mtime);
+    struct timespec now_ts;
+    clock_gettime(CLOCK_REALTIME, &now_ts);
+    double age = (double)(now_ts.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (now_ts.tv_nsec - st.st_mtim.tv_nsec);
     int dead = holder_dead_here(held);
     /* a holder of this host just killed (a restart right after kill -9) takes a moment to go */
     int changed = 0;

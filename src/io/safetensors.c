@@ -106,9 +106,9 @@ static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t d
 int gj_st_open(gj_st_file *s, const char *path) {
   memset(s, 0, sizeof *s);
   snprintf(s->path, sizeof s->path, "%s", path);
+  GJ_TRY(gj_outfile_check_input(path, NULL, GJ_IN_SEEK)); /* regular: it is read by seeking */
   struct stat st;
   if (stat(path, &st)) return GJ_FAIL("%s: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) return GJ_FAIL("%s: is a directory, expected a safetensors file", path);
   uint64_t size = (uint64_t)st.st_size;
   s->f = fopen(path, "rb");
   if (!s->f) return GJ_FAIL("%s: %s", path, strerror(errno));

@@ -28,7 +28,7 @@ typedef struct {
 #define GJ_ST_MAX_HEADER 100000000ULL
 
 typedef struct {
-  char path[1024];
+  char path[GJ_PATH_BUF];
   FILE *f;
   gj_st_tensor *t; /* sorted by name */
   int n;

@@ -185,7 +185,7 @@ static int compile_pattern(gj_tokenizer *t) {
 
 static int load_encoder(gj_tokenizer *t, const char *path, const int inv[512], bmap *str2id) {
   json_error_t jerr;
-  json_t *root = json_load_file(path, 0, &jerr);
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     if (jerr.line < 1) return GJ_FAIL("%s: %s", path, jerr.text);
     return GJ_FAIL("%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
