@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/gemmopts.h"
 #include "cli/modelopts.h"
+#include "cli/memcheck.h"
 #include "common.h"
 #include "io/outfile.h"
 #include "model/flops.h"
@@ -60,6 +61,11 @@ int gj_cmd_bench(int argc, char **argv) {
   GJ_TRY(gj_cli_gemm_setup(gemm, prec, g.world));
   const char *peak_how;
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how);
+  gj_mem_sizes ms;
+  GJ_TRY(gj_model_sizes(&ms, &c, g.tp_size, g.dp_size, (int)zero, (int)recompute, 1, B, T, omp_get_max_threads()));
+  GJ_TRY(gj_mem_check(MPI_COMM_WORLD, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16,
+                      "parameters, gradients, AdamW, activations and bf16 copies",
+                      "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
   gj_model m;
   rc = gj_model_create(&m, &c, &g, B, T, (int)zero, (int)recompute, 1);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;

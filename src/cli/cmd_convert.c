@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/memcheck.h"
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/h5util.h"
@@ -167,6 +168,7 @@ static int from_hf(const char *dir, const char *out) {
   int rc = hf_open(&h, dir);
   size_t mx = 0;
   for (int i = 0; i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
+  if (!rc) rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time"); /* float32 + file buffer */
   float *buf = rc ? NULL : malloc(mx * sizeof(float));
   if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
   /* every tensor of the files must be one we know (HF's attention mask buffers excepted),
@@ -261,6 +263,9 @@ static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, co
   return gj_outfile_plan(outs, 2, &in, 1);
 }
 
+static const char **sort_names;
+static int by_name(const void *a, const void *b) { return strcmp(sort_names[*(const int *)a], sort_names[*(const int *)b]); }
+
 static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_st_dtype dt;
   if (!strcmp(dtype, "float32")) dt = GJ_ST_F32;
@@ -286,19 +291,18 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   /* safetensors lists tensors by name; write the data in that (sorted) order */
   int *order = malloc(l.n * sizeof(int));
   for (int i = 0; i < l.n; i++) order[i] = i;
-  for (int i = 1; i < l.n; i++)
-    for (int j = i; j > 0 && strcmp(names[order[j]], names[order[j - 1]]) < 0; j--) {
-      int t = order[j];
-      order[j] = order[j - 1], order[j - 1] = t;
-    }
+  sort_names = names;
+  qsort(order, l.n, sizeof(int), by_name);
   const char **sn = malloc(l.n * sizeof(char *));
   int *snd = malloc(l.n * sizeof(int));
   int64_t (*ssh)[2] = malloc(l.n * sizeof *ssh);
   for (int i = 0; i < l.n; i++)
     sn[i] = names[order[i]], snd[i] = nd[order[i]], ssh[i][0] = shapes[order[i]][0], ssh[i][1] = shapes[order[i]][1];
-  float *buf = malloc(mx * sizeof(float));
+  int rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time");
+  float *buf = rc ? NULL : malloc(mx * sizeof(float));
+  if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
   hid_t f = -1;
-  int rc = buf ? gj_h5_open_read(ckpt, &f) : GJ_FAIL("out of memory");
+  if (!rc) rc = gj_h5_open_read(ckpt, &f);
   /* Both files go to temporaries first (config.json, then the tensors); only when both are
    * complete are they renamed into place, so a failure leaves the old ones as they were. */
   gj_outfile cfg = {0};

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/memcheck.h"
 #include "common.h"
 #include "io/dataset.h"
 #include "io/docs.h"
@@ -117,6 +119,23 @@ static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *id
   return gj_agree(MPI_COMM_WORLD, rc);
 }
 
+/* Every rank holds the whole text and its ids (int32) and rank 0 the gathered tokens: about
+ * 4 bytes per byte of text (GPT-2 BPE makes ~4 bytes a token); compressed inputs count 4x
+ * their size. Refused before reading when that does not fit. */
+static int check_memory(char **inputs, int nin) {
+  double text = 0;
+  for (int i = 0; i < nin; i++) {
+    struct stat st;
+    if (stat(inputs[i], &st) || !S_ISREG(st.st_mode)) continue; /* stdin, FIFOs: unknown */
+    size_t l = strlen(inputs[i]);
+    int packed = (l > 3 && !strcmp(inputs[i] + l - 3, ".gz")) || (l > 4 && !strcmp(inputs[i] + l - 4, ".zst"));
+    text += (double)st.st_size * (packed ? 4 : 1);
+  }
+  char detail[128];
+  snprintf(detail, sizeof detail, "tokenize holds its %.0f MB of text and their tokens in memory", text / 1e6);
+  return gj_mem_check(MPI_COMM_WORLD, 4 * text, detail, "tokenize the inputs in several parts, or run fewer ranks per node", 0, NULL);
+}
+
 int gj_cmd_tokenize(int argc, char **argv) {
   const char *out = NULL, *valid_out = NULL, *dir = gj_tokenizer_default_dir();
   double frac = 0;
@@ -153,6 +172,7 @@ int gj_cmd_tokenize(int argc, char **argv) {
   if (!rc && rank == 0) rc = gj_outfile_begin(&o[0], out);
   if (!rc && rank == 0 && valid_out) rc = gj_outfile_begin(&o[1], valid_out);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return abort_outputs(o, rc);
+  if ((rc = check_memory(inputs, nin))) return abort_outputs(o, rc);
   gj_tokenizer *t = NULL;
   rc = gj_tokenizer_load(&t, dir);
   gj_docs docs = {0};

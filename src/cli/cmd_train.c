@@ -198,6 +198,31 @@ static int save(gj_model *m, const train_opts *o, gj_ckpt_meta *meta) {
   return 0;
 }
 
+/* A resumed run trains with this command's hyperparameters: say which differ from the
+ * checkpoint's (a forgotten flag changes the schedule), and that the data order continues
+ * with the checkpoint's seed. */
+static void warn_changed(const gj_ckpt_meta *ck, const gj_adamw_hp *hp, const gj_schedule *s, uint64_t seed) {
+  char buf[512] = "";
+  size_t n = 0;
+#define DIFF(name, a, b)                                                                     \
+  if ((double)(a) != (double)(b) && n < sizeof buf)                                          \
+    n += snprintf(buf + n, sizeof buf - n, "%s --" name " %g (checkpoint %g)", n ? "," : "", (double)(b), (double)(a));
+  DIFF("lr", ck->hp.lr, hp->lr)
+  DIFF("beta1", ck->hp.beta1, hp->beta1)
+  DIFF("beta2", ck->hp.beta2, hp->beta2)
+  DIFF("eps", ck->hp.eps, hp->eps)
+  DIFF("weight-decay", ck->hp.weight_decay, hp->weight_decay)
+  DIFF("clip", ck->hp.grad_clip, hp->grad_clip)
+  DIFF("warmup", ck->sched.warmup, s->warmup)
+  DIFF("decay-steps", ck->sched.decay_steps, s->decay_steps)
+  DIFF("lr-floor", ck->sched.floor, s->floor)
+#undef DIFF
+  if (n) gj_warn("resuming with other hyperparameters than the checkpoint's:%s", buf);
+  if (ck->loader.seed != seed)
+    gj_warn("--seed %llu differs from the checkpoint's %llu: the data order continues with the "
+            "checkpoint's (the resume is exact)", (unsigned long long)seed, (unsigned long long)ck->loader.seed);
+}
+
 /* Rank 0: create and lock the run directory, and refuse a fresh start in one that holds a
  * run unless --overwrite says so (agreed). */
 static int claim_run_dir(const train_opts *o, int rank) {
@@ -351,6 +376,7 @@ int gj_cmd_train(int argc, char **argv) {
   }
   gj_adamw_hp hp = {o.lr, o.beta1, o.beta2, o.eps, o.wd, o.clip};
   gj_schedule sched = {o.lr, o.warmup, o.decay_steps, o.floor};
+  if (meta.has_optim && g.rank == 0) warn_changed(&meta, &hp, &sched, (uint64_t)o.seed);
   meta.hp = hp, meta.sched = sched;
   rc = g.rank == 0 ? check_run_dir(&o, resumed, meta.step, (double)m.lay.n_global) : 0;
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;

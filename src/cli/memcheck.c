@@ -25,3 +25,11 @@ int gj_mem_check(MPI_Comm world, double need, const char *detail, const char *hi
   }
   return gj_agree(world, rc);
 }
+
+int gj_mem_check_local(double need, const char *detail) {
+  double avail = gj_mem_available_bytes();
+  if (avail <= 0 || need <= avail) return 0;
+  char how[GJ_PATH_BUF + 64];
+  gj_mem_describe(how, sizeof how);
+  return GJ_FAIL("%s needs %.2f GB but %.2f GB are available (%s)", detail, need / 1e9, avail / 1e9, how);
+}

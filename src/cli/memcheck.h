@@ -12,4 +12,7 @@
 int gj_mem_check(MPI_Comm world, double need, const char *detail, const char *hint, double mem_gb,
                  int *local);
 
+/* The same for a command of one process (no MPI): need against this process's memory. */
+int gj_mem_check_local(double need, const char *detail);
+
 #endif

@@ -643,6 +643,7 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   if (!rc) rc = read_state(f, path, &st, with_optim && has_optim);
   if ((rc = gj_agree(g->world, rc))) return H5Fclose(f), rc;
   *meta = st;
+  meta->has_optim = with_optim && has_optim;
   if (!has_optim && with_optim) {
     /* a model-only checkpoint (from gptj convert): fresh optimizer, schedule and data order */
     with_optim = 0;

@@ -20,6 +20,7 @@ typedef struct {
   gj_loader_state loader;
   gj_adamw_hp hp;
   gj_schedule sched;
+  int has_optim; /* set by gj_ckpt_load: the optimizer state, schedule and data order were loaded */
 } gj_ckpt_meta;
 
 /* Collective over the world. compress: deflate level 0 (off) .. 9. */
