@@ -325,7 +325,7 @@ int gj_cmd_train(int argc, char **argv) {
   if (!rc && o.valid_data && valid.n_tokens < (uint64_t)o.seq_len + 1)
     rc = GJ_FAIL("--valid-data %s: %llu tokens, fewer than one window of seq_len + 1 = %lld", o.valid_data,
                  (unsigned long long)valid.n_tokens, (long long)o.seq_len + 1);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc == GJ_STOPPED ? stop_point(o.run_dir, "reading the data") : rc;
   if (o.eval_every > 0 && !o.valid_data)
     gj_info("note: --eval-every %lld without --valid-data: no validation runs", (long long)o.eval_every);
   gj_loader loader;

@@ -124,6 +124,27 @@ static int open_ids(hid_t f, const char *path, const char *name, int64_t n, size
   return rc;
 }
 
+/* /tokens in slices of 64 Mi ids, so that a stop request (gptj train) ends a long read early. */
+static int read_tokens(hid_t tk, const char *path, uint16_t *out, uint64_t n) {
+  const uint64_t piece = (uint64_t)1 << 26;
+  hid_t fs = H5Dget_space(tk);
+  int rc = fs < 0 ? GJ_FAIL("%s: cannot read /tokens (corrupted?)", path) : 0;
+  for (uint64_t off = 0; off < n && !rc; off += piece) {
+    if (gj_stop_signal()) {
+      rc = (GJ_FAIL("stopped by %s while reading %s", gj_signal_name(gj_stop_signal()), path), GJ_STOPPED);
+      break;
+    }
+    hsize_t start = off, count = GJ_MIN(piece, n - off);
+    hid_t ms = H5Screate_simple(1, &count, NULL);
+    if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
+        H5Dread(tk, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, out + off) < 0)
+      rc = GJ_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
+    if (ms >= 0) H5Sclose(ms);
+  }
+  if (fs >= 0) H5Sclose(fs);
+  return rc;
+}
+
 int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
   memset(d, 0, sizeof *d);
   snprintf(d->path, sizeof d->path, "%s", path);
@@ -152,8 +173,7 @@ int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
     d->doc_offsets = malloc(ob);
     if (!d->tokens || !d->doc_offsets) rc = GJ_FAIL("%s: out of memory for %lld tokens", path, (long long)nt);
   }
-  if (!rc && nt > 0 && H5Dread(tk, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->tokens) < 0)
-    rc = GJ_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
+  if (!rc && nt > 0) rc = read_tokens(tk, path, d->tokens, (uint64_t)nt);
   if (!rc && H5Dread(of, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->doc_offsets) < 0)
     rc = GJ_FAIL("%s: cannot read /doc_offsets (truncated or corrupted)", path);
   if (tk >= 0) H5Dclose(tk);

@@ -12,7 +12,7 @@ mkdir -p "$out"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$top/src -D_GNU_SOURCE \
   -DGJ_PKGDATADIR=\"$top/data\" -DGJ_SRCDATADIR=\"$top/data\" $(pkg-config --cflags jansson libpcre2-8 zlib)"
 libs="$(pkg-config --libs jansson libpcre2-8 zlib) -lm"
-common="$top/src/common.c"
+common="$top/src/common.c $top/src/io/outfile.c"
 declare -A srcs=(
   [config]="$top/src/io/kvconf.c $top/src/model/config.c"
   [jsonl]="$top/src/io/docs.c"
@@ -28,7 +28,7 @@ status=0
 for name in config jsonl tokenizer safetensors; do
   bin=$out/fuzz_$name
   # shellcheck disable=SC2086
-  clang $cflags "$here/fuzz_$name.c" ${srcs[$name]} "$common" "$out/blas_stub.c" $libs -o "$bin"
+  clang $cflags "$here/fuzz_$name.c" ${srcs[$name]} $common "$out/blas_stub.c" $libs -o "$bin"
   corpus=$out/corpus-$name
   mkdir -p "$corpus" "$out/crash-$name"
   cp -n "$here/seeds/$name"/* "$corpus/" 2>/dev/null || true
