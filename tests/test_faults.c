@@ -299,14 +299,7 @@ START_TEST(test_start_checks) {
 END_TEST
 
 int main(void) {
-  setenv("OMP_NUM_THREADS", "1", 1);
-  snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
-  snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
-  snprintf(MPI_, sizeof MPI_, "%s", tu_env("GJ_MPIRUN", "mpirun"));
-  snprintf(OUT, sizeof OUT, "%s/tests/out/faults", B_);
-  snprintf(DATA, sizeof DATA, "%s/valid.h5", OUT);
-  sh("mkdir -p %s", OUT);
-  if (sh("%s/gptj tokenize --out %s %s/data/brown-valid.txt >/dev/null", B_, DATA, S_)) return 1;
+  if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "faults")) return 1;
   Suite *s = suite_create("faults");
   TCase *tc = tcase_create("runs");
   tcase_set_timeout(tc, 900);

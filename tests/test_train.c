@@ -355,15 +355,7 @@ START_TEST(test_nan_steps) {
 END_TEST
 
 int main(void) {
-  /* one thread per rank: up to 4 ranks share this machine's cores */
-  setenv("OMP_NUM_THREADS", "1", 1);
-  snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
-  snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
-  snprintf(MPI_, sizeof MPI_, "%s", tu_env("GJ_MPIRUN", "mpirun"));
-  snprintf(OUT, sizeof OUT, "%s/tests/out/train", B_);
-  snprintf(DATA, sizeof DATA, "%s/valid.h5", OUT);
-  sh("mkdir -p %s", OUT);
-  if (sh("%s/gptj tokenize --out %s %s/data/brown-valid.txt >/dev/null", B_, DATA, S_)) return 1;
+  if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "train")) return 1;
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("train");
   tcase_set_timeout(tc, 900);

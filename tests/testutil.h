@@ -70,6 +70,23 @@ static int tu_sh(const char *fmt, ...) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+/* For suites that run gptj: one thread per rank (up to 4 ranks share the machine), the build
+ * and source trees and the MPI launcher from the environment (buffers of n bytes), the
+ * output directory tests/out/SUB (created) and DATA = OUT/valid.h5, the Brown validation text
+ * tokenized. Nonzero on failure. */
+static int tu_gptj_setup(char *B, char *S, char *M, char *out, char *data, size_t n, const char *sub)
+    __attribute__((unused));
+static int tu_gptj_setup(char *B, char *S, char *M, char *out, char *data, size_t n, const char *sub) {
+  setenv("OMP_NUM_THREADS", "1", 1);
+  snprintf(B, n, "%s", tu_env("GJ_BUILDDIR", "."));
+  snprintf(S, n, "%s", tu_env("GJ_SRCDIR", "."));
+  snprintf(M, n, "%s", tu_env("GJ_MPIRUN", "mpirun"));
+  snprintf(out, n, "%s/tests/out/%s", B, sub);
+  snprintf(data, n, "%s/valid.h5", out);
+  tu_sh("mkdir -p %s", out);
+  return tu_sh("%s/gptj tokenize --out %s %s/data/brown-valid.txt >/dev/null", B, data, S);
+}
+
 #ifdef CHECK_H
 /* Run one suite; the process exit code (0 if every test passed). */
 static int tu_run(Suite *s) __attribute__((unused));
