@@ -144,7 +144,7 @@ int gj_agree(MPI_Comm comm, int rc) {
   if (me != first || e.world != 0) {
     const char *m = e.msg;
     /* a message that already names its rank keeps the name */
-    if (e.world != 0 && strncmp(m, "rank ", 5)) GJ_FAIL("rank %d: %s", e.world, m);
+    if (e.world != 0 && strncmp(m, "[rank ", 6)) GJ_FAIL("[rank %d] %s", e.world, m);
     else GJ_FAIL("%s", m);
   }
   return e.rc;

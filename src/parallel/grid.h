@@ -35,7 +35,7 @@ int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, 
 
 /* All ranks agree on a failure: returns 0 on every rank if rc was 0 on every rank, else, on
  * every rank, the code of the lowest failing rank (negative), whose message every rank then
- * holds, prefixed "rank K: " when K is not world rank 0. Callers: if ((rc = gj_agree(c, rc)))
+ * holds, prefixed "[rank K] " when K is not world rank 0. Callers: if ((rc = gj_agree(c, rc)))
  * return rc; */
 int gj_agree(MPI_Comm comm, int rc);
 
