@@ -178,7 +178,7 @@ static hid_t create_dataset(hid_t f, const char *path, const gj_tensor *t, int c
   hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
   H5Pclose(lcpl), H5Pclose(dcpl), H5Sclose(sp);
   *chunk_rows = (int64_t)ch[0];
-  if (d < 0) GJ_FAIL("cannot create dataset %s", path);
+  if (d < 0) GJ_H5_FAIL("cannot create dataset %s", path);
   return d;
 }
 
@@ -192,11 +192,11 @@ static int write_selection(hid_t d, hid_t fs, int fd, const char *path, const gj
   herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
   H5Sclose(ms), H5Sclose(fs);
   if (wr >= 0) start_writeback(fd, d, t, a, b);
-  int rc = wr < 0 ? GJ_FAIL("cannot write %s (disk full?)", path) : 0;
+  int rc = wr < 0 ? GJ_H5_FAIL("cannot write %s (disk full?)", path) : 0;
   if (!rc) {
     hid_t as = H5Screate(H5S_SCALAR);
     hid_t at = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-    if (at < 0 || H5Awrite(at, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_FAIL("cannot write crc32 of %s", path);
+    if (at < 0 || H5Awrite(at, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_H5_FAIL("cannot write crc32 of %s", path);
     if (at >= 0) H5Aclose(at);
     H5Sclose(as);
   }
@@ -458,7 +458,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (f < 0) rc = GJ_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
+  if (f < 0) rc = GJ_H5_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
   if ((rc = gj_agree(g->world, rc))) {
     if (g->rank == 0) gj_tmp_unregister(tmp);
     return rc;
@@ -504,7 +504,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
   }
   if (go >= 0) H5Gclose(go);
   if (gl >= 0) H5Gclose(gl);
-  if (rc) rc = GJ_FAIL("%s: cannot write attributes (disk full?)", tmp);
+  if (rc) rc = GJ_H5_FAIL("%s: cannot write attributes (disk full?)", tmp);
   rc = gj_agree(g->world, rc);
   char p[512];
   float *blocks[3] = {m->params, m->m, m->v};
@@ -530,7 +530,7 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
     if (g->rank == 0) unlink(tmp), gj_tmp_unregister(tmp);
     return rc;
   }
-  if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
+  if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", tmp);
   if (g->rank == 0 && !rc) {
     int fd = open(tmp, O_RDONLY);
     if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
@@ -591,7 +591,7 @@ static int open_checked(const char *path, hid_t *f, MPI_Comm comm) {
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   *f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
-  rc = *f < 0 ? GJ_FAIL("%s: cannot open (truncated or corrupted?)", path) : 0;
+  rc = *f < 0 ? GJ_H5_FAIL("%s: cannot open (truncated or corrupted?)", path) : 0;
   if ((rc = gj_agree(comm, rc))) {
     if (*f >= 0) H5Fclose(*f);
     return rc;
@@ -750,7 +750,7 @@ int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c
   H5Pclose(fapl);
   if (f < 0) {
     gj_outfile_abort(&w->out);
-    return GJ_FAIL("%s: cannot create (directory missing or not writable?)", w->out.tmp);
+    return GJ_H5_FAIL("%s: cannot create (directory missing or not writable?)", w->out.tmp);
   }
   gj_config cc = *c;
   int rc = 0;
@@ -764,7 +764,7 @@ int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c
   for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&cc, i));
   rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c->layer_norm_epsilon);
   if (rc) {
-    rc = GJ_FAIL("%s: cannot write attributes", w->out.tmp);
+    rc = GJ_H5_FAIL("%s: cannot write attributes", w->out.tmp);
     H5Fclose(f);
     gj_outfile_abort(&w->out);
     return rc;
@@ -783,7 +783,7 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
   hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
   hid_t as = H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_FAIL("%s: cannot write crc32 of %s", w->out.tmp, p) : 0;
+  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_H5_FAIL("%s: cannot write crc32 of %s", w->out.tmp, p) : 0;
   if (a >= 0) H5Aclose(a);
   H5Sclose(as), H5Dclose(d);
   return rc;
@@ -791,7 +791,7 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
 
 int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok) {
   if (w->f < 0) return 0;
-  int rc = H5Fclose((hid_t)w->f) < 0 && ok ? GJ_FAIL("%s: cannot close (disk full?)", w->out.tmp) : 0;
+  int rc = H5Fclose((hid_t)w->f) < 0 && ok ? GJ_H5_FAIL("%s: cannot close (disk full?)", w->out.tmp) : 0;
   w->f = -1;
   if (ok && !rc) return gj_outfile_commit(&w->out);
   gj_outfile_abort(&w->out);

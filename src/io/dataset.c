@@ -37,7 +37,7 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
   H5Pclose(fcpl), H5Pclose(fapl);
-  if (f < 0) return GJ_FAIL("%s: cannot create (directory missing or not writable?)", tmp);
+  if (f < 0) return GJ_H5_FAIL("%s: cannot create (directory missing or not writable?)", tmp);
   int rc = 0;
   hsize_t n = n_tokens, chunk = n < TOKENS_CHUNK ? (n ? n : 1) : TOKENS_CHUNK;
   hid_t sp = H5Screate_simple(1, &n, NULL);
@@ -47,7 +47,7 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
   H5Pset_obj_track_times(dcpl, 0);
   hid_t d = H5Dcreate2(f, "tokens", H5T_STD_U16LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   if (d < 0 || H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens) < 0)
-    rc = GJ_FAIL("%s: cannot write /tokens (disk full?)", tmp);
+    rc = GJ_H5_FAIL("%s: cannot write /tokens (disk full?)", tmp);
   if (d >= 0) H5Dclose(d);
   H5Sclose(sp);
   hsize_t no = n_docs + 1;
@@ -56,7 +56,7 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
   H5Pset_obj_track_times(dcpl2, 0);
   d = H5Dcreate2(f, "doc_offsets", H5T_STD_U64LE, sp, H5P_DEFAULT, dcpl2, H5P_DEFAULT);
   if (!rc && (d < 0 || H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, doc_offsets) < 0))
-    rc = GJ_FAIL("%s: cannot write /doc_offsets", tmp);
+    rc = GJ_H5_FAIL("%s: cannot write /doc_offsets", tmp);
   if (d >= 0) H5Dclose(d);
   H5Sclose(sp), H5Pclose(dcpl), H5Pclose(dcpl2);
   if (!rc) {
@@ -69,9 +69,9 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
     rc |= gj_h5_write_attr_i64(f, "n_docs", (int64_t)n_docs);
     rc |= gj_h5_write_attr_i64(f, "n_tokens", (int64_t)n_tokens);
     rc |= gj_h5_write_attr_i64(f, "n_bytes", (int64_t)n_bytes);
-    if (rc) rc = GJ_FAIL("%s: cannot write attributes", tmp);
+    if (rc) rc = GJ_H5_FAIL("%s: cannot write attributes", tmp);
   }
-  if (H5Fclose(f) < 0 && !rc) rc = GJ_FAIL("%s: cannot close (disk full?)", tmp);
+  if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", tmp);
   return rc;
 }
 
@@ -109,7 +109,7 @@ static int open_ids(hid_t f, const char *path, const char *name, int64_t n, size
   GJ_TRY(gj_h5_shape(f, path, name, &nd, dims));
   if (nd != 1 || dims[0] != n) return GJ_FAIL("%s: %s does not hold %s = %lld entries", path, name, count, (long long)n);
   *ds = H5Dopen2(f, name, H5P_DEFAULT);
-  if (*ds < 0) return GJ_FAIL("%s: cannot open %s", path, name);
+  if (*ds < 0) return GJ_H5_FAIL("%s: cannot open %s", path, name);
   hid_t t = H5Dget_type(*ds);
   char tn[64] = "unreadable";
   if (t >= 0) gj_h5_type_name(t, tn, sizeof tn);
@@ -128,7 +128,7 @@ static int open_ids(hid_t f, const char *path, const char *name, int64_t n, size
 static int read_tokens(hid_t tk, const char *path, uint16_t *out, uint64_t n) {
   const uint64_t piece = (uint64_t)1 << 26;
   hid_t fs = H5Dget_space(tk);
-  int rc = fs < 0 ? GJ_FAIL("%s: cannot read /tokens (corrupted?)", path) : 0;
+  int rc = fs < 0 ? GJ_H5_FAIL("%s: cannot read /tokens (corrupted?)", path) : 0;
   for (uint64_t off = 0; off < n && !rc; off += piece) {
     if (gj_stop_signal()) {
       rc = (GJ_FAIL("stopped by %s while reading %s", gj_signal_name(gj_stop_signal()), path), GJ_STOPPED);
@@ -138,7 +138,7 @@ static int read_tokens(hid_t tk, const char *path, uint16_t *out, uint64_t n) {
     hid_t ms = H5Screate_simple(1, &count, NULL);
     if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
         H5Dread(tk, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, out + off) < 0)
-      rc = GJ_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
+      rc = GJ_H5_FAIL("%s: cannot read /tokens (truncated or corrupted)", path);
     if (ms >= 0) H5Sclose(ms);
   }
   if (fs >= 0) H5Sclose(fs);
@@ -175,7 +175,7 @@ int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
   }
   if (!rc && nt > 0) rc = read_tokens(tk, path, d->tokens, (uint64_t)nt);
   if (!rc && H5Dread(of, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->doc_offsets) < 0)
-    rc = GJ_FAIL("%s: cannot read /doc_offsets (truncated or corrupted)", path);
+    rc = GJ_H5_FAIL("%s: cannot read /doc_offsets (truncated or corrupted)", path);
   if (tk >= 0) H5Dclose(tk);
   if (of >= 0) H5Dclose(of);
   H5Fclose(f);

@@ -1,6 +1,7 @@
 #include "io/h5util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,30 @@
 
 void gj_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
+/* The innermost entry of the error stack (the walk upward starts there). */
+static herr_t innermost(unsigned n, const H5E_error2_t *e, void *ctx) {
+  char *out = ctx;
+  if (n > 0) return 0;
+  char minor[160] = "";
+  if (H5Eget_msg(e->min_num, NULL, minor, sizeof minor) < 0) minor[0] = 0;
+  snprintf(out, 320, "%s%s%s", minor, *minor && e->desc && *e->desc ? ": " : "", e->desc ? e->desc : "");
+  return 0;
+}
+
+int gj_h5_fail_at(const char *file, int line, const char *fmt, ...) {
+  char msg[GJ_ERRMSG_MAX], why[320] = "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, why);
+  H5Eclear2(H5E_DEFAULT);
+  for (char *p = why; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  if (*why) return gj_fail_at(file, line, "%s (HDF5: %s)", msg, why);
+  return gj_fail_at(file, line, "%s", msg);
+}
+
 int gj_h5_open_read(const char *path, hid_t *file) {
   /* a regular file: HDF5 seeks, and a FIFO would block the open */
   GJ_TRY(gj_outfile_check_input(path, NULL, GJ_IN_SEEK));
@@ -20,16 +45,16 @@ int gj_h5_open_read(const char *path, hid_t *file) {
   fclose(f);
   gj_h5_quiet();
   if (H5Fis_hdf5(path) <= 0)
-    return GJ_FAIL("%s: not an HDF5 file (or truncated)", path);
+    return GJ_H5_FAIL("%s: not an HDF5 file (or truncated)", path);
   *file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (*file < 0) return GJ_FAIL("%s: cannot open as HDF5 (truncated or corrupted?)", path);
+  if (*file < 0) return GJ_H5_FAIL("%s: cannot open as HDF5 (truncated or corrupted?)", path);
   return 0;
 }
 
 int gj_h5_create(const char *path, hid_t *file) {
   gj_h5_quiet();
   *file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (*file < 0) return GJ_FAIL("%s: cannot create HDF5 file", path);
+  if (*file < 0) return GJ_H5_FAIL("%s: cannot create HDF5 file", path);
   return 0;
 }
 
@@ -49,10 +74,10 @@ static int open_num_attr(hid_t obj, const char *fname, const char *name, const c
                          hid_t *a, hid_t *type, H5T_class_t *cls) {
   *a = *type = -1;
   htri_t ex = H5Aexists(obj, name);
-  if (ex < 0) return GJ_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
+  if (ex < 0) return GJ_H5_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
   if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
   *a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (*a < 0) return GJ_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
+  if (*a < 0) return GJ_H5_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
   hid_t sp = H5Aget_space(*a);
   hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
   if (sp >= 0) H5Sclose(sp);
@@ -80,17 +105,17 @@ int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out)
       rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, sz);
     } else if (sg == H5T_SGN_NONE) {
       uint64_t u;
-      if (H5Aread(a, H5T_NATIVE_UINT64, &u) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+      if (H5Aread(a, H5T_NATIVE_UINT64, &u) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
       else if (u > (uint64_t)INT64_MAX)
         rc = GJ_FAIL("%s: attribute '%s' = %llu is out of the int64 range", fname, lab, (unsigned long long)u);
       else *out = (int64_t)u;
     } else if (H5Aread(a, H5T_NATIVE_INT64, out) < 0) {
-      rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+      rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
     }
   } else {
     /* a float holding an integer is accepted; a fraction, infinity or NaN is not */
     double v;
-    if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
     else if (!isfinite(v) || v < -9223372036854775808.0 || v >= 9223372036854775808.0)
       rc = GJ_FAIL("%s: attribute '%s' = %g is not an integer in the int64 range", fname, lab, v);
     else if (v != floor(v))
@@ -113,7 +138,7 @@ int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out) 
   if (cls == H5T_INTEGER && H5Tget_size(ft) > 8)
     rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, H5Tget_size(ft));
   else if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0)
-    rc = GJ_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
   else if (!isfinite(v))
     rc = GJ_FAIL("%s: attribute '%s' = %g is not a finite number", fname, lab, v);
   else *out = v;
@@ -155,10 +180,10 @@ int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, si
   char lab[320];
   attr_label(obj, name, lab, sizeof lab);
   htri_t ex = H5Aexists(obj, name);
-  if (ex < 0) return GJ_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
+  if (ex < 0) return GJ_H5_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
   if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (a < 0) return GJ_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
+  if (a < 0) return GJ_H5_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
   hid_t ft = H5Aget_type(a), sp = H5Aget_space(a);
   hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
   int rc = 0;
@@ -169,7 +194,7 @@ int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, si
     char *buf = sz && sz <= 65536 ? calloc(sz + 1, 1) : NULL;
     hid_t mt = H5Tcopy(ft);
     if (!sz || sz > 65536) rc = GJ_FAIL("%s: attribute '%s' is a string of %zu bytes (at most 65536)", fname, lab, sz);
-    else if (!buf || mt < 0 || H5Aread(a, mt, buf) < 0) rc = GJ_FAIL("%s: cannot read attribute '%s'", fname, lab);
+    else if (!buf || mt < 0 || H5Aread(a, mt, buf) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s'", fname, lab);
     else snprintf(out, n, "%s", buf);
     if (mt >= 0) H5Tclose(mt);
     free(buf);
@@ -187,7 +212,7 @@ static int write_attr(hid_t obj, const char *name, hid_t filet, hid_t memt, cons
   herr_t rc = a < 0 ? -1 : H5Awrite(a, memt, v);
   if (a >= 0) H5Aclose(a);
   H5Sclose(sp);
-  if (rc < 0) return GJ_FAIL("cannot write attribute '%s'", name);
+  if (rc < 0) return GJ_H5_FAIL("cannot write attribute '%s'", name);
   return 0;
 }
 
@@ -235,7 +260,7 @@ static int dset_shape(hid_t d, const char *fname, const char *path, int *ndim, i
   hsize_t hd[4] = {0};
   int rc = 0;
   if (nd < 0 || nd > 4) rc = GJ_FAIL("%s: dataset '%s' has an unsupported rank", fname, path);
-  else if (H5Sget_simple_extent_dims(sp, hd, NULL) < 0) rc = GJ_FAIL("%s: cannot read the shape of dataset '%s'", fname, path);
+  else if (H5Sget_simple_extent_dims(sp, hd, NULL) < 0) rc = GJ_H5_FAIL("%s: cannot read the shape of dataset '%s'", fname, path);
   for (int i = 0; !rc && i < nd; i++) {
     if (hd[i] >= (hsize_t)1 << 62)
       rc = GJ_FAIL("%s: dataset '%s' has a dimension of %llu", fname, path, (unsigned long long)hd[i]);
@@ -317,7 +342,7 @@ int gj_h5_read_block_f32(hid_t file, const char *fname, const char *path, int64_
   if (ms >= 0) H5Sclose(ms);
   if (fs >= 0) H5Sclose(fs);
   H5Dclose(d);
-  if (r < 0) return GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
+  if (r < 0) return GJ_H5_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
   return 0;
 }
 
@@ -334,7 +359,7 @@ static int read_all(hid_t file, const char *fname, const char *path, int64_t n, 
   if (!rc && (n < 0 || total != (size_t)n))
     rc = GJ_FAIL("%s: dataset '%s' has %zu elements, expected %lld", fname, path, total, (long long)n);
   if (!rc && H5Dread(d, memt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-    rc = GJ_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
+    rc = GJ_H5_FAIL("%s: cannot read dataset '%s' (corrupted?)", fname, path);
   H5Dclose(d);
   return rc;
 }
@@ -369,7 +394,7 @@ static int write_ds(hid_t file, const char *path, hid_t filet, hid_t memt, const
   herr_t rc = d < 0 ? -1 : H5Dwrite(d, memt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   if (d >= 0) H5Dclose(d);
   H5Pclose(lcpl), H5Sclose(sp);
-  if (rc < 0) return GJ_FAIL("cannot write dataset '%s'", path);
+  if (rc < 0) return GJ_H5_FAIL("cannot write dataset '%s'", path);
   return 0;
 }
 

@@ -7,6 +7,11 @@
 
 /* Silence HDF5's automatic error printing (we report errors ourselves). */
 void gj_h5_quiet(void);
+/* Record an error like GJ_FAIL, followed by HDF5's own reason for the failed call when its
+ * error stack has one (the innermost entry: " (HDF5: <what failed>: <detail>)"); the stack
+ * is cleared. Returns -1. */
+int gj_h5_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define GJ_H5_FAIL(...) gj_h5_fail_at(__FILE__, __LINE__, __VA_ARGS__)
 /* Open for reading with the default (serial) driver. Checks that the path is a readable
  * HDF5 file and names it in the error. */
 int gj_h5_open_read(const char *path, hid_t *file);
