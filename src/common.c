@@ -118,6 +118,13 @@ void gj_signals_install(int graceful) {
 
 int gj_stop_signal(void) { return stop_sig; }
 
+void gj_signals_hold(int on) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT), sigaddset(&set, SIGTERM), sigaddset(&set, SIGHUP), sigaddset(&set, SIGUSR1);
+  sigprocmask(on ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
 const char *gj_signal_name(int sig) {
   switch (sig) {
   case SIGINT: return "SIGINT";
@@ -311,6 +318,10 @@ double gj_mem_available_bytes(void) {
   double a = meminfo("MemAvailable");
   return cg.available >= 0 && (a <= 0 || cg.available < a) ? cg.available : a;
 }
+
+static int node_ranks = 1;
+void gj_set_node_ranks(int n) { node_ranks = n > 0 ? n : 1; }
+double gj_mem_share_bytes(void) { return gj_mem_available_bytes() / node_ranks; }
 
 void gj_mem_describe(char *out, size_t n) {
   gj_cgroup_mem cg;

@@ -17,7 +17,7 @@
  * than GJ_PATH_MAX. */
 int gj_path_join(char *out, size_t n, const char *a, const char *b);
 
-#define GJ_ERRMSG_MAX 1024
+#define GJ_ERRMSG_MAX 8192 /* room for a path of PATH_MAX and the reason */
 
 /* Record an error message (printf-style) with the source location; returns -1. */
 int gj_fail_at(const char *file, int line, const char *fmt, ...)
@@ -55,6 +55,10 @@ double gj_now(void); /* monotonic seconds */
  * /sys/fs/cgroup (tests). */
 double gj_mem_total_bytes(void);
 double gj_mem_available_bytes(void);
+/* The ranks of this job on this node (main sets it under MPI; 1 by default), and
+ * gj_mem_available_bytes() divided by them: what one rank may hold. */
+void gj_set_node_ranks(int n);
+double gj_mem_share_bytes(void);
 /* Which bound gj_mem_available_bytes used, for messages. */
 void gj_mem_describe(char *out, size_t n);
 /* The tightest memory limit of the cgroups (and their ancestors) listed in proc_cgroup (the
@@ -77,6 +81,9 @@ int gj_add_size(size_t *n, size_t a, size_t b);
  * removes the temporaries and ends the process at once. */
 void gj_signals_install(int graceful);
 int gj_stop_signal(void); /* the first stop signal received, 0 if none */
+/* Hold the stop signals (1) until released (0): around the renames of outputs that belong
+ * together, so that a signal leaves all of them old or all new. */
+void gj_signals_hold(int on);
 const char *gj_signal_name(int sig); /* "SIGUSR1", ... */
 /* Return code of a command stopped cleanly by a signal before it did anything (main exits 0
  * with the recorded message). */

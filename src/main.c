@@ -6,7 +6,9 @@
 
 #include "cli/cli.h"
 #include "common.h"
+#include "io/rundir.h"
 #include "model/gemm.h"
+#include "parallel/grid.h"
 
 #include <hdf5.h>
 
@@ -23,6 +25,23 @@ static void usage(FILE *out) {
           "\n"
           "  gptj <command> --help   options of one command\n"
           "  gptj --version          version\n");
+}
+
+/* Every rank must run the same command with the same options (an MPMD launch or a wrapper
+ * that changes them would make the ranks disagree in ways that hang or crash collectives):
+ * compared by a hash of the command line, refused naming the first rank that differs. */
+static int same_command(int argc, char **argv) {
+  uint64_t h = 1469598103934665603ULL, h0;
+  for (int i = 1; i < argc; i++)
+    for (const unsigned char *p = (const unsigned char *)argv[i];; p++) {
+      h = (h ^ *p) * 1099511628211ULL; /* FNV-1a, the NUL ending each argument included */
+      if (!*p) break;
+    }
+  h0 = h;
+  if (MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD) != MPI_SUCCESS) return GJ_FAIL("MPI_Bcast failed");
+  int rc = h != h0 ? GJ_FAIL("its command line differs from rank 0's: every rank must be given the same "
+                             "command and options") : 0;
+  return gj_agree(MPI_COMM_WORLD, rc);
 }
 
 int main(int argc, char **argv) {
@@ -61,7 +80,15 @@ int main(int argc, char **argv) {
   int rank = 0, size = 1;
   if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &size);
   gj_log_set_world(rank, size);
-  int rc = cmd->run(argc - 1, argv + 1);
+  if (needs_mpi) { /* the ranks of this node share its memory */
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS)
+      MPI_Comm_size(node, &local), MPI_Comm_free(&node);
+    gj_set_node_ranks(local);
+  }
+  int rc = needs_mpi && size > 1 ? same_command(argc, argv) : 0;
+  if (!rc) rc = cmd->run(argc - 1, argv + 1);
   if (rc == GJ_STOPPED) {
     /* a stop signal before the command changed anything: a clean exit */
     if (rank == 0) printf("gptj %s: %s\n", cmd->name, gj_errmsg()), fflush(stdout);
@@ -73,6 +100,8 @@ int main(int argc, char **argv) {
     if (getenv("GJ_DEBUG")) fprintf(stderr, "  (at %s)\n", gj_errwhere());
     rc = 1;
   }
+  gj_rundir_unlock(); /* a run directory's lock goes before MPI_Finalize (after it, mpirun
+                       * may end the process before exit handlers run) */
   if (needs_mpi) MPI_Finalize();
   return rc;
 }

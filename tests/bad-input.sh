@@ -198,6 +198,28 @@ cp "$w/hf/config.json" "$w/hffifo/" && mkfifo "$w/hffifo/model.safetensors"
 long=$w$(printf '/%0200d' $(seq 1 25))                             # 5000 characters
 # -- fixtures: run directory, signals, memory, paths, start-up checks
 mkdir -p "$w/hfw" && "$g" convert --to-hf "$w/hfw" --checkpoint "$ck" >/dev/null && "$g" convert --from-hf "$w/hfw" --out "$w/run/w.h5" >/dev/null
+mknod "$w/dev0" c 1 3                                      # a device where an output goes
+cp -a "$w/run" "$w/fiforun" && rm -f "$w/fiforun/metrics.jsonl" "$w/fiforun/lock" && mkfifo "$w/fiforun/metrics.jsonl"
+mkdir -p "$w/dirckpt/ckpt-00000009.h5" && mkfifo "$w/fifo.h5"
+printf 'n_embd = 64\nn-embd = 128\n' > "$w/dup.conf"
+/usr/bin/python3 - "$w" "$ck" <<'PY'
+import sys, shutil, zlib, h5py, numpy as np
+w, ck = sys.argv[1], sys.argv[2]
+def tokens(f):
+    f["doc_offsets"] = np.array([0, 4000], np.uint64); f.attrs["format"] = np.bytes_("gptj-mpi-tokens")
+    for k, v in dict(format_version=1, vocab_size=50257, eot_id=50256, n_docs=1, n_tokens=4000, n_bytes=16000).items():
+        f.attrs[k] = np.int64(v)
+with h5py.File(w + "/extfile.h5", "w") as f:    # raw data in another file (a FIFO)
+    f.create_dataset("tokens", shape=(4000,), dtype=np.uint16, external=[(w + "/fifo.h5", 0, 8000)]); tokens(f)
+with h5py.File(w + "/extlink.h5", "w") as f:    # an external link to a FIFO
+    f["tokens"] = h5py.ExternalLink(w + "/fifo.h5", "/tokens"); tokens(f)
+with h5py.File(w + "/fmt.h5", "w") as f:        # another tool's format
+    f["tokens"] = np.ones(4000, np.uint16); tokens(f); f.attrs["format"] = np.bytes_("something-else")
+shutil.copy(ck, w + "/nan.h5")                  # a NaN weight with a valid CRC
+with h5py.File(w + "/nan.h5", "r+") as f:
+    d = f["model/transformer.ln_f.weight"]; a = d[...]; a[3] = np.nan; d[...] = a
+    d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
+PY
 
 # np | expected text in the error | command (after gptj)
 rows=(
@@ -354,11 +376,22 @@ rows=(
 "0|--valid-data $w/short.h5: 3 tokens, fewer than one window of seq_len + 1 = 17|train --data $w/ok.h5 --valid-data $w/short.h5 --seq-len 16 --run-dir $w/r5"
 "0|holds a run (checkpoints up to step 1): continue it with --resume auto, or start over with --overwrite|train --data $w/ok.h5 --seq-len 16 --run-dir $w/run"
 "0|has checkpoints past step 0 of --resume|train --data $w/ok.h5 --seq-len 16 --run-dir $w/run --resume $w/run/w.h5"
-"0|path longer than 4096 characters|train --data $w/ok.h5 --seq-len 16 --run-dir $w/$(printf 'd%.0s' {1..4100})"
+"0|characters, at most 4048 so that the paths of its files fit in PATH_MAX|train --data $w/ok.h5 --seq-len 16 --run-dir $w/$(printf 'd%.0s' {1..4100})"
 "0|File name too long|eval --checkpoint $w/$(printf 'c%.0s' {1..4100}).h5 --data $w/ok.h5"
 "2|the model needs 0.|eval --checkpoint $ck --data $w/ok.h5 --mem-per-rank-gb 0.001"
 "0|the model needs 0.|generate --checkpoint $ck --prompt-ids 1 --mem-per-rank-gb 0.001"
 "0|the model needs 0.|train --data $w/ok.h5 --seq-len 16 --run-dir $w/r6 --mem-per-rank-gb 0.001"
+"0|dev0: exists and is not a regular file|tokenize --out $w/dev0 $top/data/brown-valid.txt"
+"0|dev0: exists and is not a regular file|convert --from-hf $w/hfw --out $w/dev0"
+"0|metrics.jsonl: is a FIFO, not a regular file|train --data $w/ok.h5 --seq-len 16 --run-dir $w/fiforun --resume auto"
+"0|ckpt-00000009.h5: is a directory, not a regular file|train --data $w/ok.h5 --seq-len 16 --run-dir $w/dirckpt --resume auto"
+"0|'/tokens' is an external link|info $w/extlink.h5"
+"2|'/tokens' is an external link|train --data $w/extlink.h5 --seq-len 16 --run-dir $w/r8"
+"0|'/tokens' keeps its data in external files|eval --checkpoint $ck --data $w/extfile.h5"
+"0|attribute 'format' is 'something-else'|train --data $w/fmt.h5 --seq-len 16 --run-dir $w/r7"
+"0|transformer.ln_f.weight holds a non-finite value|eval --checkpoint $w/nan.h5 --data $w/ok.h5"
+"0|dup.conf:2: 'n-embd' is given again (first on line 1)|plan --config $w/dup.conf"
+"0|--sgemm-gflops: 1e-300 is out of range|plan --sgemm-gflops 1e-300"
 )
 for row in "${rows[@]}"; do
   np=${row%%|*}; rest=${row#*|}; want=${rest%%|*}; cmd=${rest#*|}

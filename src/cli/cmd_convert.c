@@ -32,7 +32,7 @@ static void json_what(json_t *v, char *out, size_t n) {
 static int read_hf_config(const char *dir, gj_config *c) {
   char p[GJ_PATH_BUF];
   GJ_TRY(gj_path_join(p, sizeof p, dir, "config.json"));
-  GJ_TRY(gj_outfile_check_input(p, NULL, 0));
+  GJ_TRY(gj_outfile_check_input(p, NULL, GJ_IN_SEEK)); /* regular: a FIFO would block the read */
   json_error_t err;
   /* a key given twice would leave it open which value is meant */
   json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
@@ -100,7 +100,7 @@ static int hf_open(hf_files *h, const char *dir) {
   GJ_TRY(gj_path_join(p, sizeof p, dir, "model.safetensors.index.json"));
   struct stat st;
   if (!stat(p, &st)) {
-    GJ_TRY(gj_outfile_check_input(p, NULL, 0));
+    GJ_TRY(gj_outfile_check_input(p, NULL, GJ_IN_SEEK)); /* regular: a FIFO would block the read */
     snprintf(h->index, sizeof h->index, "%s", p);
     json_error_t err;
     json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
@@ -321,11 +321,13 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
     rc = gj_ckpt_read_tensor(ckpt, f, t, buf);
     if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
   }
+  gj_signals_hold(1); /* model.safetensors and config.json both new, or both old */
   if (begun) {
     int e = gj_st_write_end(&w, !rc);
     if (!rc) rc = e;
   }
   if (!rc) rc = gj_outfile_commit(&cfg);
+  gj_signals_hold(0);
   gj_outfile_abort(&cfg);
   if (buf && f >= 0) H5Fclose(f);
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);

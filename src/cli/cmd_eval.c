@@ -23,7 +23,7 @@
 
 /* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
 static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
-                      const char *gemm, const char *prec, double mem_gb) {
+                      const char *gemm, const char *prec, double mem_gb, const char *hint) {
   int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
   gj_config c;
   if (!rc) rc = gj_grid_init(g, (int)tp);
@@ -42,7 +42,7 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
   snprintf(detail, sizeof detail, "weights and their buffers %.2f, activations %.2f, bf16 weight copies %.2f",
            (ms.params + ms.grads + ms.moments) / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
   GJ_TRY(gj_mem_check(MPI_COMM_WORLD, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
-                      "use more ranks with --tp, or a smaller --seq-len or --micro-batch", mem_gb, NULL));
+                      hint, mem_gb, NULL));
   rc = gj_model_create(m, &c, g, B, *T, 0, 0, 0);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_ckpt_meta meta;
@@ -77,7 +77,8 @@ int gj_cmd_eval(int argc, char **argv) {
   if (!data) return GJ_FAIL("--data: required");
   gj_grid g;
   gj_model m;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
+                    "use more ranks with --tp, or a smaller --seq-len or --micro-batch"));
   if (S == 0) S = T;
   if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
   gj_dataset ds;
@@ -187,16 +188,22 @@ int gj_cmd_generate(int argc, char **argv) {
       else rc = gj_ids_push(&ids, (int32_t)v), p = end;
     }
   }
-  if (!rc && ids.n == 0) rc = GJ_FAIL("--prompt: empty prompt");
+  if (!rc && ids.n == 0) rc = GJ_FAIL("%s: empty prompt", prompt ? "--prompt" : "--prompt-ids");
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_grid g;
   gj_model m;
   int64_t T = 0;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb));
+  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
+                    "use more ranks with --tp (generate holds the KV cache of the whole context)"));
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
   for (size_t i = 0; i < ids.n; i++)
     if (ids.v[i] < 0 || ids.v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids.v[i], (long long)V);
-  if ((int64_t)ids.n + max_new > T + 1) max_new = T + 1 - (int64_t)ids.n;
+  if ((int64_t)ids.n + max_new > T + 1) {
+    max_new = T + 1 - (int64_t)ids.n;
+    if (max_new >= 1)
+      gj_info("note: the context of %lld tokens holds the prompt's %zu and %lld new ones (not --max-new-tokens)",
+              (long long)T, ids.n, (long long)max_new);
+  }
   if (max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids.n, (long long)T);
   float *full = malloc(V * sizeof(float));
   cand *work = malloc(V * sizeof(cand));

@@ -61,7 +61,9 @@ int gj_cmd_plan(int argc, char **argv) {
   double extra = recompute ? (2.0 * layer_params + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
   double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
   double dp_bytes = ring((double)ms.params, (int)dp);
+  if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
+  if (!(rate > 0)) return GJ_FAIL("cannot measure the sgemm rate on the model's shapes (out of memory?): give --sgemm-gflops");
   double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s\n",

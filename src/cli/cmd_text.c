@@ -14,7 +14,15 @@
 static int read_stream(FILE *f, const char *what, gj_bytes *b) {
   char buf[1 << 16];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) GJ_TRY(gj_bytes_append(b, buf, n));
+  double share = gj_mem_share_bytes();
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    /* the text, its ids (4 bytes each) and the output: refused before the memory runs out */
+    if (share > 0 && 3.0 * (double)(b->n + n) > share)
+      return GJ_FAIL("%s: more than %.2f GB of input, more than fits in the %.2f GB available: give it in parts",
+                     what, (double)(b->n + n) / 1e9, share / 1e9);
+    GJ_TRY(gj_bytes_append(b, buf, n));
+  }
+
   if (ferror(f)) return GJ_FAIL("%s: read error: %s", what, strerror(errno));
   if (!b->v) GJ_TRY(gj_bytes_append(b, "", 0));
   return 0;
@@ -69,6 +77,9 @@ int gj_cmd_decode(int argc, char **argv) {
   gj_bytes in = {0}, out = {0};
   gj_ids ids = {0};
   rc = read_stream(stdin, "stdin", &in);
+  /* ids are parsed as a string: a NUL would end it and drop the rest silently */
+  if (!rc && memchr(in.v, 0, in.n))
+    rc = GJ_FAIL("stdin: NUL byte at offset %zu, expected token ids", (size_t)((char *)memchr(in.v, 0, in.n) - in.v));
   char *p = in.v;
   size_t k = 0;
   while (!rc && *p) {
@@ -79,8 +90,8 @@ int gj_cmd_decode(int argc, char **argv) {
     k++;
     if (end == p || (*end && !strchr(" \n\t\r", *end)))
       rc = GJ_FAIL("stdin: token %zu is not an integer", k);
-    else if (v < 0 || v >= gj_tokenizer_vocab_size(t))
-      rc = GJ_FAIL("stdin: token %zu: id %ld is outside the vocabulary [0, %d)", k, v,
+    else if (v < 0 || v >= gj_tokenizer_vocab_size(t)) /* the text as given (strtol clamps) */
+      rc = GJ_FAIL("stdin: token %zu: id %.*s is outside the vocabulary [0, %d)", k, (int)GJ_MIN(end - p, 40), p,
                    gj_tokenizer_vocab_size(t));
     else
       rc = gj_ids_push(&ids, (int32_t)v);

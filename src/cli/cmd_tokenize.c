@@ -208,6 +208,8 @@ int gj_cmd_tokenize(int argc, char **argv) {
   gj_tokenizer_free(t);
   gj_docs_free(&docs);
   /* both files complete: rename them into place together */
+  gj_signals_hold(1); /* both outputs new, or both old */
   for (int i = 0; i < nout && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
+  gj_signals_hold(0);
   return abort_outputs(o, gj_agree(MPI_COMM_WORLD, rc));
 }

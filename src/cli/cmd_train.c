@@ -229,6 +229,7 @@ static int claim_run_dir(const train_opts *o, int rank) {
   int rc = 0;
   if (rank == 0) {
     rc = gj_rundir_create(o->run_dir);
+    if (!rc) rc = gj_rundir_check(o->run_dir);
     if (!rc) rc = gj_rundir_lock(o->run_dir);
     int removed = 0;
     if (!rc) rc = gj_rundir_clean_tmp(o->run_dir, &removed);
@@ -544,5 +545,6 @@ int gj_cmd_train(int argc, char **argv) {
   gj_model_free(&m);
   rc = gj_agree(MPI_COMM_WORLD, rc);
   gj_grid_free(&g);
+  gj_rundir_unlock(); /* now, not at exit: mpirun may end the ranks soon after they finish */
   return rc;
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,7 @@ static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, 
                       float *local, uint32_t *want, int64_t *unit) {
   *unit = 1;
   herr_t r = -1;
+  GJ_TRY(gj_h5_plain_dataset(f, fname, path)); /* before anything follows a link */
   hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
   if (d >= 0) {
     hid_t dcpl = H5Dget_create_plist(d);
@@ -261,6 +263,7 @@ static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, 
  * that the disk works while the previous tensor is exchanged and checked. */
 static void prefetch_share(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t) {
   if (fd < 0) return;
+  if (gj_h5_plain_dataset(f, "", path)) return; /* the read reports what is wrong */
   hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
   if (d < 0) return; /* the read reports it */
   haddr_t off = H5Dget_offset(d);
@@ -680,6 +683,15 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
       if (!rc) rc = tensor_crc(g, t, local, &got);
       if (!rc && got != want)
         rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
+      /* a checkpoint of a run that diverged (or was edited) trains and evaluates to NaN */
+      size_t bad = SIZE_MAX;
+      if (!rc) {
+#pragma omp parallel for reduction(min : bad) schedule(static)
+        for (size_t e = 0; e < t->numel; e++)
+          if (!isfinite(local[e]) && e < bad) bad = e;
+      }
+      if (!rc && bad != SIZE_MAX)
+        rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", path, p, local[bad], bad);
     }
     if ((rc = gj_agree(g->world, rc))) {
       H5Fclose(f);

@@ -157,6 +157,14 @@ int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_docs", 0, big, &nd);
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_bytes", 0, big, &nb);
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "vocab_size", 1, 65536, &vs);
+  /* the format, where recorded (files made by other tools may lack it) */
+  char fmt[64] = "";
+  int64_t ver = 1, eot = 0;
+  if (!rc && H5Aexists(f, "format") > 0) rc = gj_h5_attr_str(f, path, "format", fmt, sizeof fmt);
+  if (!rc && *fmt && strcmp(fmt, "gptj-mpi-tokens"))
+    rc = GJ_FAIL("%s: attribute 'format' is '%s', not a gptj token dataset (gptj-mpi-tokens)", path, fmt);
+  if (!rc && H5Aexists(f, "format_version") > 0) rc = gj_h5_attr_i64_in(f, path, "format_version", 1, 1, &ver);
+  if (!rc && H5Aexists(f, "eot_id") > 0) rc = gj_h5_attr_i64_in(f, path, "eot_id", 0, INT32_MAX, &eot);
   /* every document has text before its EOT: tokens beyond the EOTs came from bytes */
   if (!rc && nt > nd && nb == 0)
     rc = GJ_FAIL("%s: attribute 'n_bytes' = 0 for %lld tokens of %lld documents", path, (long long)nt, (long long)nd);
@@ -167,6 +175,13 @@ int gj_dataset_read(gj_dataset *d, const char *path, int64_t max_vocab) {
   if (!rc && (gj_mul_size(&tb, (size_t)(nt ? nt : 1), sizeof(uint16_t)) ||
               gj_mul_size(&ob, (size_t)nd + 1, sizeof(uint64_t))))
     rc = GJ_FAIL("%s: %lld tokens or %lld documents do not fit in memory", path, (long long)nt, (long long)nd);
+  double share = gj_mem_share_bytes(); /* every rank holds the whole dataset */
+  if (!rc && share > 0 && (double)tb + ob > share) {
+    char how[GJ_PATH_BUF + 64];
+    gj_mem_describe(how, sizeof how);
+    rc = GJ_FAIL("%s: its %lld tokens need %.2f GB in memory on every rank, %.2f GB are available per rank (%s)",
+                 path, (long long)nt, ((double)tb + ob) / 1e9, share / 1e9, how);
+  }
   if (!rc) {
     d->n_tokens = nt, d->n_docs = nd, d->n_bytes = nb, d->vocab_size = vs;
     d->tokens = malloc(tb);

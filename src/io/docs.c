@@ -14,6 +14,12 @@
 
 static int pool_add(gj_docs *d, const char *s, size_t n) {
   if (d->n + n > d->cap) {
+    /* tokenize holds the text, its ids and their copies (about 4 bytes a byte of text): a
+     * compressed input that expands past what this rank may hold is refused, not OOM-killed */
+    double share = gj_mem_share_bytes();
+    if (share > 0 && 4.0 * (double)(d->n + n) > share)
+      return GJ_FAIL("the inputs' text passes %.2f GB, more than tokenize can hold in the %.2f GB available per "
+                     "rank: tokenize them in parts", (double)(d->n + n) / 1e9, share / 1e9);
     size_t nc = 2 * (d->n + n) + 4096;
     char *p = realloc(d->pool, nc);
     if (!p) return GJ_FAIL("out of memory reading documents");

@@ -233,24 +233,58 @@ int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s) {
   return rc;
 }
 
-static int open_dset(hid_t file, const char *fname, const char *path, hid_t *d) {
-  *d = H5Dopen2(file, path, H5P_DEFAULT);
-  if (*d < 0) return GJ_FAIL("%s: '%s' is not a dataset", fname, path);
+/* The data of a dataset lives in this file: no external storage (raw data in other files)
+ * and no virtual layout (data of other datasets, maybe other files). */
+static int check_storage(hid_t d, const char *fname, const char *path) {
+  hid_t dcpl = H5Dget_create_plist(d);
+  if (dcpl < 0) return GJ_H5_FAIL("%s: cannot read the layout of '%s'", fname, path);
+  int ext = H5Pget_external_count(dcpl);
+  H5D_layout_t lay = H5Pget_layout(dcpl);
+  H5Pclose(dcpl);
+  if (ext != 0 || lay == H5D_VIRTUAL)
+    return GJ_FAIL("%s: dataset '%s' keeps its data %s: gptj reads only data stored in the file", fname, path,
+                   lay == H5D_VIRTUAL ? "in other datasets (virtual)" : "in external files");
   return 0;
 }
 
-static int path_exists(hid_t file, const char *path) {
-  char buf[1024];
+static int open_dset(hid_t file, const char *fname, const char *path, hid_t *d) {
+  *d = H5Dopen2(file, path, H5P_DEFAULT);
+  if (*d < 0) return GJ_FAIL("%s: '%s' is not a dataset", fname, path);
+  int rc = check_storage(*d, fname, path);
+  if (rc) H5Dclose(*d), *d = -1;
+  return rc;
+}
+
+/* 1 if every component of path exists as a hard link (0 if one is missing); -1 with an error
+ * for a soft or external link (which could lead to any file, a FIFO among them). */
+static int path_exists(hid_t file, const char *fname, const char *path) {
+  char buf[GJ_PATH_BUF];
   if (strlen(path) >= sizeof buf) return 0;
   snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    int e = H5Lexists(file, buf, H5P_DEFAULT) > 0;
-    *p = '/';
-    if (!e) return 0;
+  size_t n = strlen(buf);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != 0) continue;
+    char c = buf[i];
+    buf[i] = 0;
+    if (H5Lexists(file, buf, H5P_DEFAULT) <= 0) return 0;
+    H5L_info_t li;
+    if (H5Lget_info(file, buf, &li, H5P_DEFAULT) < 0) return GJ_H5_FAIL("%s: cannot read the link '%s'", fname, buf);
+    if (li.type != H5L_TYPE_HARD)
+      return GJ_FAIL("%s: '%s' is %s link: gptj reads only objects inside the file", fname, buf,
+                     li.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft");
+    buf[i] = c;
   }
-  return H5Lexists(file, buf, H5P_DEFAULT) > 0;
+  return 1;
+}
+
+int gj_h5_plain_dataset(hid_t file, const char *fname, const char *path) {
+  int e = path_exists(file, fname, path);
+  if (e < 0) return -1;
+  if (!e) return GJ_FAIL("%s: missing dataset '%s'", fname, path);
+  hid_t d;
+  GJ_TRY(open_dset(file, fname, path, &d));
+  H5Dclose(d);
+  return 0;
 }
 
 /* The shape of an open dataset (rank <= 4, each dimension < 2^62). */
@@ -272,7 +306,8 @@ static int dset_shape(hid_t d, const char *fname, const char *path, int *ndim, i
 }
 
 int gj_h5_shape(hid_t file, const char *fname, const char *path, int *ndim, int64_t dims[4]) {
-  if (!path_exists(file, path)) return GJ_FAIL("%s: missing dataset '%s'", fname, path);
+  int ex = path_exists(file, fname, path);
+  if (ex <= 0) return ex < 0 ? -1 : GJ_FAIL("%s: missing dataset '%s'", fname, path);
   hid_t d = -1;
   GJ_TRY(open_dset(file, fname, path, &d));
   int rc = dset_shape(d, fname, path, ndim, dims);
@@ -297,7 +332,8 @@ const char *gj_h5_type_name(hid_t t, char *out, size_t n) {
  * what: how to say it in the message). */
 static int open_typed(hid_t file, const char *fname, const char *path, H5T_class_t want,
                       const char *what, hid_t *d) {
-  if (!path_exists(file, path)) return GJ_FAIL("%s: missing dataset '%s'", fname, path);
+  int ex = path_exists(file, fname, path);
+  if (ex <= 0) return ex < 0 ? -1 : GJ_FAIL("%s: missing dataset '%s'", fname, path);
   GJ_TRY(open_dset(file, fname, path, d));
   hid_t t = H5Dget_type(*d);
   if (t >= 0 && H5Tget_class(t) == want && H5Tget_size(t) <= 8) {

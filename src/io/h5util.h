@@ -5,6 +5,10 @@
 #include <hdf5.h>
 #include <stdint.h>
 
+/* A dataset reached through hard links only, with its data in the file (no external or soft
+ * links, external storage or virtual layout, which could lead to other files or FIFOs):
+ * checked before anything opens it. */
+int gj_h5_plain_dataset(hid_t file, const char *fname, const char *path);
 /* Silence HDF5's automatic error printing (we report errors ourselves). */
 void gj_h5_quiet(void);
 /* Record an error like GJ_FAIL, followed by HDF5's own reason for the failed call when its

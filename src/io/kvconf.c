@@ -27,6 +27,8 @@ int gj_kvconf_read(const char *path, gj_kv_fn fn, void *ctx) {
   ssize_t len;
   int lineno = 0, rc = 0;
   char where[GJ_PATH_BUF + 16];
+  struct { char key[128]; int line; } seen[256];
+  int nseen = 0;
   while (!rc && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
     snprintf(where, sizeof where, "%s:%d", path, lineno);
@@ -42,6 +44,17 @@ int gj_kvconf_read(const char *path, gj_kv_fn fn, void *ctx) {
     char *k = trim(s), *v = trim(eq + 1);
     if (!*k) { rc = GJ_FAIL("%s: missing key before '='", where); break; }
     if (!*v) { rc = GJ_FAIL("%s: missing value for '%s'", where, k); break; }
+    /* a key given twice (n_embd or n-embd) is a mistake in one of the lines: say which */
+    char norm[128];
+    snprintf(norm, sizeof norm, "%s", k);
+    for (char *c = norm; *c; c++)
+      if (*c == '-') *c = '_';
+    int dup = 0;
+    for (int i = 0; i < nseen && !dup; i++)
+      if (!strcmp(seen[i].key, norm)) dup = seen[i].line;
+    if (dup) { rc = GJ_FAIL("%s: '%s' is given again (first on line %d)", where, k, dup); break; }
+    if (nseen < (int)(sizeof seen / sizeof seen[0])) /* known keys only get this far: few */
+      snprintf(seen[nseen].key, sizeof seen[nseen].key, "%s", norm), seen[nseen++].line = lineno;
     int r = fn(ctx, k, v);
     if (r > 0) rc = GJ_FAIL("%s: unknown key '%s'", where, k);
     else if (r < 0) rc = gj_err_prefix(where);

@@ -97,6 +97,10 @@ static int check_dest(const gj_file_ref *o) {
   GJ_TRY(tmp_name(o->path, tmp, sizeof tmp));
   if (!stat(o->path, &st) && S_ISDIR(st.st_mode))
     return GJ_FAIL("%s: is a directory, expected a file name", label(o, lb, sizeof lb));
+  /* the rename would replace a device or a FIFO (/dev/null!) by a regular file */
+  if (!stat(o->path, &st) && !S_ISREG(st.st_mode))
+    return GJ_FAIL("%s: exists and is not a regular file (a device or a FIFO); give a file name",
+                   label(o, lb, sizeof lb));
   split(o->path, dir, sizeof dir, &base);
   if (stat(dir, &st)) return GJ_FAIL("%s: directory %.1000s: %s", label(o, lb, sizeof lb), dir, strerror(errno));
   if (!S_ISDIR(st.st_mode)) return GJ_FAIL("%s: %.1000s is not a directory", label(o, lb, sizeof lb), dir);

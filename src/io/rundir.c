@@ -20,8 +20,15 @@ int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
   return gj_path_join(out, n, dir, name);
 }
 
+/* The longest name the run directory holds beside its path: "/ckpt-<step>.h5.tmp" and the
+ * temporaries of config.conf and metrics.jsonl ("/metrics.jsonl.tmp.<pid>"). */
+#define RUNDIR_NAME_ROOM 48
+
 int gj_rundir_create(const char *dir) {
   char buf[GJ_PATH_BUF];
+  if (strlen(dir) + RUNDIR_NAME_ROOM > GJ_PATH_MAX)
+    return GJ_FAIL("--run-dir %.200s...: %zu characters, at most %d so that the paths of its files fit in "
+                   "PATH_MAX (%d)", dir, strlen(dir), GJ_PATH_MAX - RUNDIR_NAME_ROOM, GJ_PATH_MAX);
   GJ_TRY(gj_path_join(buf, sizeof buf, NULL, dir));
   size_t len = strlen(buf);
   for (size_t i = 1; i <= len; i++) {
@@ -135,12 +142,17 @@ int gj_ckpt_set_latest(const char *dir, const char *path) {
 int gj_ckpt_candidates(const char *dir, int64_t **steps, int *n) {
   GJ_TRY(gj_rundir_steps(dir, steps, n));
   int64_t l = gj_rundir_latest(dir);
-  for (int i = 0; i < *n && l >= 0; i++)
+  int found = 0;
+  for (int i = 0; i < *n && l >= 0 && !found; i++)
     if ((*steps)[i] == l) { /* latest first, the others by step */
       memmove(*steps + 1, *steps, i * sizeof(int64_t));
       (*steps)[0] = l;
-      break;
+      found = 1;
     }
+  char lp[GJ_PATH_BUF];
+  if (!found && !gj_path_join(lp, sizeof lp, dir, "latest") && access(lp, F_OK) == 0 && *n > 0)
+    gj_warn("%s does not name a checkpoint of %s%s: resuming from the newest by step", lp, dir,
+            l >= 0 ? " (its file is gone)" : "");
   return 0;
 }
 
@@ -237,6 +249,28 @@ int gj_rundir_clean_tmp(const char *dir, int *removed) {
     char p[GJ_PATH_BUF];
     rc = gj_path_join(p, sizeof p, dir, e->d_name);
     if (!rc && unlink(p) == 0) ++*removed;
+  }
+  closedir(d);
+  return rc;
+}
+
+int gj_rundir_check(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return GJ_FAIL("%s: %s", dir, strerror(errno));
+  const char *own[] = {"latest", "config.conf", "metrics.jsonl", "lock"};
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) && !rc) {
+    int mine = name_step(e->d_name) >= 0;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mine |= !strcmp(e->d_name, own[i]);
+    if (!mine) continue;
+    char p[GJ_PATH_BUF];
+    struct stat st;
+    rc = gj_path_join(p, sizeof p, dir, e->d_name);
+    if (!rc && stat(p, &st)) rc = GJ_FAIL("%s: %s (a dangling link?)", p, strerror(errno));
+    else if (!rc && !S_ISREG(st.st_mode))
+      rc = GJ_FAIL("%s: is %s, not a regular file: the run directory keeps its own files under this name; "
+                   "remove it", p, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file");
   }
   closedir(d);
   return rc;

@@ -40,6 +40,11 @@ int gj_rundir_drop_after(const char *dir, int64_t after, int *deleted);
  * checkpoint by a run that did not save again) are dropped, atomically. */
 int gj_rundir_trim_metrics(const char *path, int64_t step);
 
+/* The run directory's own names (checkpoints, latest, config.conf, metrics.jsonl, lock) are
+ * regular files where they exist (a directory or a FIFO there would stop the run after hours,
+ * or block it): refused at start, naming the entry. */
+int gj_rundir_check(const char *dir);
+
 /* Remove the temporaries a killed run left in dir (its checkpoint, latest, config.conf and
  * metrics.jsonl being written); only with the lock held. *removed: how many. */
 int gj_rundir_clean_tmp(const char *dir, int *removed);
