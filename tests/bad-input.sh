@@ -398,10 +398,10 @@ for row in "${rows[@]}"; do
   err=$w/err.txt
   # shellcheck disable=SC2086
   if [ "$np" = 0 ]; then
-    if [ "$cmd" = decode ]; then echo "15496 50300" | timeout 60 "$g" decode >/dev/null 2>"$err"; rc=$?
-    else timeout 60 "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?; fi
+    if [ "$cmd" = decode ]; then echo "15496 50300" | timeout -k 10 60 "$g" decode >/dev/null 2>"$err"; rc=$?
+    else timeout -k 10 60 "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?; fi
   else
-    timeout 60 mpirun --quiet -np "$np" "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?
+    timeout -k 10 60 mpirun --quiet -np "$np" "$g" $cmd >/dev/null 2>"$err" </dev/null; rc=$?
   fi
   lines=$(grep -cv -e '^\[rank [0-9]*\] warning' -e '^$' "$err")
   if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$err"; then
