@@ -74,11 +74,14 @@ int gj_cmd_bench(int argc, char **argv) {
   GJ_TRY(gj_dp_init(&dp, &g, m.grads, m.numel_pad, 0));
   int64_t N = B * T;
   int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+  rc = ids && tg ? 0 : GJ_FAIL("out of memory for %lld token ids", (long long)N);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   for (int64_t i = 0; i < N; i++)
     ids[i] = (int32_t)((i * 2654435761u + g.dp_rank * 97) % 50257), tg[i] = ids[(i + 1) % N];
   gj_adamw_hp hp;
   gj_adamw_defaults(&hp);
   double *st = calloc(steps, sizeof(double)), prof[GJ_PROF_N + 3] = {0};
+  if (!st) return GJ_FAIL("out of memory"); /* a few doubles: never in practice */
   float scale = (float)(1.0 / ((double)N * g.dp_size));
   for (int64_t s = 0; s < warmup + steps && !rc; s++) {
     int measured = s >= warmup;

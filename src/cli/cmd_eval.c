@@ -207,6 +207,8 @@ int gj_cmd_generate(int argc, char **argv) {
   if (max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids.n, (long long)T);
   float *full = malloc(V * sizeof(float));
   cand *work = malloc(V * sizeof(cand));
+  rc = full && work ? 0 : GJ_FAIL("out of memory for the logits of %lld tokens", (long long)V);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   uint64_t rng = (uint64_t)seed;
   int64_t pos = 0, n = (int64_t)ids.n;
   size_t n_prompt = ids.n;

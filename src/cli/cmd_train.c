@@ -409,6 +409,8 @@ int gj_cmd_train(int argc, char **argv) {
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
   uint64_t *win = malloc(G * sizeof(uint64_t));
+  rc = ids && tg && win ? 0 : GJ_FAIL("out of memory for a batch of %lld sequences", (long long)G);
+  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   double t_start = gj_now(), t_last = t_start, step_time_ema = 0;
   int64_t first = meta.step, bad = 0, tokens_at_last = meta.tokens_seen;
   int stop = 0;
