@@ -229,8 +229,8 @@ static int claim_run_dir(const train_opts *o, int rank) {
   int rc = 0;
   if (rank == 0) {
     rc = gj_rundir_create(o->run_dir);
-    if (!rc) rc = gj_rundir_check(o->run_dir);
     if (!rc) rc = gj_rundir_lock(o->run_dir);
+    if (!rc) rc = gj_rundir_check(o->run_dir); /* with the lock: no other trainer changes it */
     int removed = 0;
     if (!rc) rc = gj_rundir_clean_tmp(o->run_dir, &removed);
     if (removed) gj_info("%s: removed %d temporary file(s) of an interrupted run", o->run_dir, removed);

@@ -267,8 +267,9 @@ int gj_rundir_check(const char *dir) {
     char p[GJ_PATH_BUF];
     struct stat st;
     rc = gj_path_join(p, sizeof p, dir, e->d_name);
-    if (!rc && stat(p, &st)) rc = GJ_FAIL("%s: %s (a dangling link?)", p, strerror(errno));
-    else if (!rc && !S_ISREG(st.st_mode))
+    if (!rc && stat(p, &st)) {
+      if (errno != ENOENT || lstat(p, &st) == 0) rc = GJ_FAIL("%s: %s (a dangling link?)", p, strerror(errno));
+    } else if (!rc && !S_ISREG(st.st_mode))
       rc = GJ_FAIL("%s: is %s, not a regular file: the run directory keeps its own files under this name; "
                    "remove it", p, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file");
   }
@@ -376,6 +377,10 @@ int gj_rundir_lock(const char *dir) {
   proc_state((long)getpid(), &start);
   snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
            (long)getpid(), host, job && *job ? job : "-", when, start, lk.token);
+  struct stat ls;
+  if (lstat(lk.path, &ls) == 0 && !S_ISREG(ls.st_mode))
+    return GJ_FAIL("%s: is %s, not a regular file: the run directory keeps its lock under this name; remove it",
+                   lk.path, S_ISDIR(ls.st_mode) ? "a directory" : S_ISLNK(ls.st_mode) ? "a symbolic link" : "a special file");
   for (int attempt = 0; attempt < 5; attempt++) {
     int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd >= 0) {
