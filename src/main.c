@@ -6,11 +6,10 @@
 
 #include "cli/cli.h"
 #include "common.h"
+#include "io/h5util.h"
 #include "io/rundir.h"
 #include "model/gemm.h"
 #include "parallel/grid.h"
-
-#include <hdf5.h>
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -38,10 +37,10 @@ static int same_command(int argc, char **argv) {
       if (!*p) break;
     }
   h0 = h;
-  if (MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD) != MPI_SUCCESS) return GJ_FAIL("MPI_Bcast failed");
+  GJ_TRY(gj_bcast(gj_comm_world(), &h0, sizeof h0, 0));
   int rc = h != h0 ? GJ_FAIL("its command line differs from rank 0's: every rank must be given the same "
                              "command and options") : 0;
-  return gj_agree(MPI_COMM_WORLD, rc);
+  return gj_agree(gj_comm_world(), rc);
 }
 
 int main(int argc, char **argv) {
@@ -49,9 +48,7 @@ int main(int argc, char **argv) {
    * other commands remove their temporary files and end) */
   gj_signals_install(argc > 1 && !strcmp(argv[1], "train"));
   gj_blas_select_kernel(argv);
-  /* files are closed by the code that opened them; a checkpoint whose write failed is
-   * deliberately left open (see gj_ckpt_save), so no close at exit */
-  H5dont_atexit();
+  gj_h5_at_start();
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -78,13 +75,11 @@ int main(int argc, char **argv) {
   int needs_mpi = cmd->mpi;
   if (needs_mpi) MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
-  if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), size = gj_comm_size(gj_comm_world());
   gj_log_set_world(rank, size);
   if (needs_mpi) { /* the ranks of this node share its memory */
-    MPI_Comm node;
     int local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS)
-      MPI_Comm_size(node, &local), MPI_Comm_free(&node);
+    if (gj_comm_node_size(gj_comm_world(), &local)) local = 1;
     gj_set_node_ranks(local);
   }
   int rc = needs_mpi && size > 1 ? same_command(argc, argv) : 0;

@@ -3,7 +3,7 @@
 #include "common.h"
 #include "model/gemm.h"
 
-int gj_cli_gemm_setup(const char *gemm, const char *precision, MPI_Comm world) {
+int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
   gj_gemm_backend b;
   gj_precision p;
   if (gj_gemm_backend_parse(gemm, &b))

@@ -11,6 +11,6 @@
 
 /* Parse both flags, choose and check the backend on every rank (gj_gemm_setup), and make
  * every rank use the same one. (gj_gemm_describe() names it.) */
-int gj_cli_gemm_setup(const char *gemm, const char *precision, MPI_Comm world);
+int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world);
 
 #endif

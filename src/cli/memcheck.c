@@ -5,14 +5,10 @@
 #include "common.h"
 #include "parallel/grid.h"
 
-int gj_mem_check(MPI_Comm world, double need, const char *detail, const char *hint, double mem_gb,
+int gj_mem_check(gj_comm world, double need, const char *detail, const char *hint, double mem_gb,
                  int *local) {
   int n = 1, rc = 0;
-  MPI_Comm node;
-  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    MPI_Comm_size(node, &n);
-    MPI_Comm_free(&node);
-  }
+  if (gj_comm_node_size(world, &n)) n = 1;
   if (local) *local = n;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / n;
   if (avail > 0 && need > avail) {

@@ -13,6 +13,8 @@
 
 void gj_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
+void gj_h5_at_start(void) { H5dont_atexit(); }
+
 /* The innermost entry of the error stack (the walk upward starts there). */
 static herr_t innermost(unsigned n, const H5E_error2_t *e, void *ctx) {
   char *out = ctx;

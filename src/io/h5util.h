@@ -11,6 +11,9 @@
 int gj_h5_plain_dataset(hid_t file, const char *fname, const char *path);
 /* Silence HDF5's automatic error printing (we report errors ourselves). */
 void gj_h5_quiet(void);
+/* Once, first in main: files are closed by the code that opened them; a checkpoint whose
+ * write failed is deliberately left open (see gj_ckpt_save), so HDF5 closes nothing at exit. */
+void gj_h5_at_start(void);
 /* Record an error like GJ_FAIL, followed by HDF5's own reason for the failed call when its
  * error stack has one (the innermost entry: " (HDF5: <what failed>: <detail>)"); the stack
  * is cleared. Returns -1. */

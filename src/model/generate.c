@@ -13,16 +13,12 @@
 
 int gj_logits_argmax(gj_model *m, int64_t row, int32_t *out) {
   const float *l = m->a.logits + row * m->Vl;
-  struct { float v; int i; } best = {-INFINITY, 0}, all;
+  float best = -INFINITY;
+  int64_t at = m->v0;
   for (int64_t j = 0; j < m->Vl; j++)
-    if (l[j] > best.v) best.v = l[j], best.i = (int)(m->v0 + j);
-  if (m->g->tp_size > 1) {
-    /* MAXLOC keeps the smaller index on equal values: the first index wins a tie. */
-    int rc = MPI_Allreduce(&best, &all, 1, MPI_FLOAT_INT, MPI_MAXLOC, m->g->tp);
-    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Allreduce(argmax)");
-    best = all;
-  }
-  *out = best.i;
+    if (l[j] > best) best = l[j], at = m->v0 + j;
+  GJ_TRY(gj_tp_argmax(m->g, &best, &at));
+  *out = (int32_t)at;
   return 0;
 }
 
@@ -61,7 +57,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
   /* Scratch: resid slot 0 as x, slot 1 as the next x; layer-0 slots of h/q/att/pre/act. */
   float *x = a->resid, *h = a->h, *q = a->q, *att = a->att, *pre = a->pre, *act = a->dact;
   gj_embedding_forward(x, ids, m->P.wte, n, D, m->v0, m->Vl);
-  GJ_TRY(gj_tp_allreduce_sum(m->g, x, n * D));
+  GJ_TRY(gj_tp_reduce_from_region(m->g, x, n * D));
   for (int64_t l = 0; l < c->n_layer; l++) {
     const gj_block_ptrs *p = &m->P.h[l];
     float *kc = a->k + l * NC * Dl, *vc = a->v + l * NC * Dl;
@@ -77,7 +73,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
     gj_linear_forward(pre, h, NULL, p->fc_in_w, gj_model_w16(m, p->fc_in_w), p->fc_in_b, n, D, Fl, 0);
     gj_gelu_forward(act, pre, n * Fl);
     gj_linear_forward(a->y, act, NULL, p->fc_out_w, gj_model_w16(m, p->fc_out_w), m->g->tp_rank == 0 ? p->fc_out_b : NULL, n, Fl, D, 1);
-    GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, n * D));
+    GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, n * D));
     for (int64_t i = 0; i < n * D; i++) x[i] += a->y[i];
   }
   const float *last = x + (n - 1) * D;

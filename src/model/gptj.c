@@ -342,7 +342,7 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
   memcpy(a->targets, targets, N * sizeof(int32_t));
 
   TIMED(GJ_PROF_VOCAB, gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl));
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->resid, N * D)));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->resid, N * D)));
 
   for (int64_t l = 0; l < c->n_layer; l++) {
     const gj_block_ptrs *p = &m->P.h[l];
@@ -354,7 +354,7 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
     TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
           gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
                             m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->y, N * D)));
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
     double t0 = m->profile ? gj_now() : 0;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
@@ -436,7 +436,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
                              W16(m->P.lm_w), N, D, Vl, 0));
   }
   m->head_done = 0;
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
@@ -491,7 +491,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
                                              W16(wqkv[j]), N, D, Dl, 1));
     }
     /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, a->dh, N * D)));
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
     TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
                                               lb.rstd, p->ln1_w, N, D));
     if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));

@@ -3,12 +3,13 @@
 #ifndef GJ_PARALLEL_GRID_H
 #define GJ_PARALLEL_GRID_H
 
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parallel/comm.h"
+
 typedef struct {
-  MPI_Comm world, tp, dp;
+  gj_comm world, tp, dp;
   int rank, size;       /* in world */
   int tp_rank, tp_size; /* tp_rank = rank % tp_size */
   int dp_rank, dp_size;
@@ -24,25 +25,24 @@ void gj_grid_free(gj_grid *g);
 /* Sum / max over the TP group, in place. */
 int gj_tp_allreduce_sum(gj_grid *g, float *buf, size_t n);
 int gj_tp_allreduce_max(gj_grid *g, float *buf, size_t n);
-/* Sum of doubles over a communicator, in place. */
-int gj_allreduce_sum_f64(MPI_Comm comm, double *buf, size_t n);
-
 /* Gather a row-major matrix split over the TP group, onto tp rank 0.
  * Split by rows: each rank holds [rows/tp, cols]. By columns: [rows, cols/tp].
  * out: [rows, cols] on tp rank 0 (ignored elsewhere). */
 int gj_tp_gather_rows(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
 int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
 
-/* All ranks agree on a failure: returns 0 on every rank if rc was 0 on every rank, else, on
- * every rank, the code of the lowest failing rank (negative), whose message every rank then
- * holds, prefixed "[rank K] " when K is not world rank 0. Callers: if ((rc = gj_agree(c, rc)))
- * return rc; */
-int gj_agree(MPI_Comm comm, int rc);
+/* Megatron's mappings (mappings.py), named by the tensor-parallel region a tensor crosses,
+ * each with its adjoint. A column-parallel layer (q, k, v, fc_in) reads the replicated x: its
+ * input is copied into the region (forward identity) and the partial input gradients of the
+ * shards are summed on the way back (backward all-reduce). A row-parallel layer (out_proj,
+ * fc_out, the vocab-parallel embedding) leaves the region with partial sums: forward
+ * all-reduce, backward identity. Each all-reduce is counted in n_tp_allreduce. */
+static inline int gj_tp_copy_to_region(gj_grid *g, float *x, size_t n) { return 0; }
+int gj_tp_copy_to_region_backward(gj_grid *g, float *dx, size_t n);
+int gj_tp_reduce_from_region(gj_grid *g, float *x, size_t n);
+static inline int gj_tp_reduce_from_region_backward(gj_grid *g, float *dx, size_t n) { return 0; }
 
-/* *same = 1 on every rank if every rank passed the same v. */
-int gj_same_int(MPI_Comm comm, int v, int *same);
-
-/* Turn an MPI error code into a recorded message. */
-int gj_mpi_fail(int code, const char *what);
+/* The largest value over the TP group and its global index (the smallest index on a tie). */
+int gj_tp_argmax(gj_grid *g, float *v, int64_t *idx);
 
 #endif
