@@ -5,7 +5,7 @@
  * (float32, or bf16 GEMM operands), and writes the results under the same dataset paths. The
  * forward and gradients run the whole-logits path (gj_model_forward, gj_model_backward); the
  * AdamW steps run the training path (gj_model_forward_backward on a training model, whose
- * vocabulary head goes by blocks). Runs as a plain process or under mpirun with --tp N. */
+ * vocabulary head goes by blocks) through the trainer's step (src/train/step.c). Runs as a plain process or under mpirun with --tp N. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -21,6 +21,20 @@
 #include "model/gptj.h"
 #include "optim/adamw.h"
 #include "parallel/grid.h"
+#include "train/step.h"
+
+/* The golden batch, the same every step. */
+typedef struct {
+  const int32_t *ids, *tg;
+  int64_t n;
+} golden_batch;
+
+static int copy_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
+  const golden_batch *b = ctx;
+  memcpy(ids, b->ids, b->n * sizeof(int32_t));
+  memcpy(tg, b->tg, b->n * sizeof(int32_t));
+  return 0;
+}
 
 static int run(int argc, char **argv, gj_grid *g) {
   int tp = 1, recompute = 0;
@@ -91,16 +105,19 @@ static int run(int argc, char **argv, gj_grid *g) {
   int64_t Tcap = GJ_MAX(T, n_prompt + n_gen - 1);
   if (Tcap > c.n_positions) return GJ_FAIL("%s: generation longer than n_positions", in);
 
+  /* one state; the whole-logits network and then the training network borrow it */
+  gj_state st;
   gj_model m;
-  GJ_TRY(gj_model_create(&m, &c, g, B, Tcap, 0, recompute, 0));
+  GJ_TRY(gj_state_create(&st, &c, g, 0));
+  GJ_TRY(gj_model_create(&m, &st, g, B, Tcap, recompute, 0));
   if (weights) { /* the weights of a checkpoint (e.g. from gptj convert) instead of /weights */
     hid_t w;
     GJ_TRY(gj_h5_open_read(weights, &w));
-    int rcw = gj_weights_read(w, weights, "/model/", &m.lay, m.params);
+    int rcw = gj_weights_read(w, weights, "/model/", m.lay, m.params);
     H5Fclose(w);
     GJ_TRY(rcw);
   } else {
-    GJ_TRY(gj_weights_read(f, in, "/weights/", &m.lay, m.params));
+    GJ_TRY(gj_weights_read(f, in, "/weights/", m.lay, m.params));
   }
   int64_t N = B * T;
   int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
@@ -112,7 +129,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < T; t++) tg[b * T + t] = t + 1 < T ? ids[b * T + t + 1] : -1;
 
-  gj_adamw_hp hp;
+  gj_adamw_hp hp = {0};
   int64_t steps = 0;
   int has_adamw = H5Lexists(f, "adamw", H5P_DEFAULT) > 0;
   if (has_adamw) {
@@ -160,9 +177,9 @@ static int run(int argc, char **argv, gj_grid *g) {
   }
   free(full);
 
-  gj_model_zero_grads(&m);
-  GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f));
-  GJ_TRY(gj_weights_write_gathered(g, o, "/grads/", &m.lay, m.grads));
+  gj_state_zero_grads(&st);
+  GJ_TRY(gj_model_backward(&m, (float)(1.0 / nv), 0.0f, NULL));
+  GJ_TRY(gj_weights_write_gathered(g, o, "/grads/", m.lay, m.grads));
 
   if (has_gen) {
     /* The KV-cache path must equal a full recompute of every prefix (the cache lives in the
@@ -180,37 +197,36 @@ static int run(int argc, char **argv, gj_grid *g) {
     if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
   }
 
-  /* the training path: a training model with the same weights */
+  /* the training path: a training network over the same state, stepped by the trainer */
   gj_model mt;
-  GJ_TRY(gj_model_create(&mt, &c, g, B, T, 0, recompute, 1));
-  memcpy(mt.params, m.params, m.numel_pad * sizeof(float));
+  GJ_TRY(gj_model_create(&mt, &st, g, B, T, recompute, 1));
   gj_model_free(&m);
+  gj_trainer tr;
+  GJ_TRY(gj_trainer_init(&tr, &st, &mt, g, &hp, 0.0f));
+  golden_batch gb = {ids, tg, B * T};
   for (int64_t t = 1; t <= steps; t++) {
-    gj_model_zero_grads(&mt);
-    GJ_TRY(gj_model_forward_backward(&mt, ids, tg, B, T, 0.0f, (float)(1.0 / nv), &loss_sum, &nv));
-    double sumsq = gj_grad_sumsq(&mt.lay, mt.grads, g->tp_rank, 0, mt.lay.numel);
-    GJ_TRY(gj_allreduce_sum_f64(g->tp, &sumsq, 1));
-    double norm = sqrt(sumsq);
-    gj_adamw_update(&mt.lay, mt.params, mt.grads, mt.m, mt.v, 0, mt.lay.numel, &hp, t, hp.lr,
-                    gj_clip_coef(norm, hp.grad_clip));
-    gj_model_weights_changed(&mt);
-    gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, loss_sum / nv, norm);
+    gj_step_in in = {t, hp.lr, 1, B, T, (double)nv, copy_batch, &gb, 0};
+    gj_step_out so;
+    GJ_TRY(gj_train_step(&tr, &in, &so));
+    gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, so.loss, so.grad_norm);
     if (g->rank == 0) {
       char path[128];
       snprintf(path, sizeof path, "/adamw/step_%lld/loss", (long long)t);
-      GJ_TRY(gj_h5_write_scalar_f64(o, path, loss_sum / nv));
+      GJ_TRY(gj_h5_write_scalar_f64(o, path, so.loss));
       snprintf(path, sizeof path, "/adamw/step_%lld/grad_norm", (long long)t);
-      GJ_TRY(gj_h5_write_scalar_f64(o, path, norm));
+      GJ_TRY(gj_h5_write_scalar_f64(o, path, so.grad_norm));
     }
   }
+  gj_trainer_free(&tr);
   if (steps > 0) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "/adamw/after_step_%lld/", (long long)steps);
-    GJ_TRY(gj_weights_write_gathered(g, o, prefix, &mt.lay, mt.params));
+    GJ_TRY(gj_weights_write_gathered(g, o, prefix, mt.lay, mt.params));
   }
   if (g->rank == 0 && H5Fclose(o) < 0) return GJ_FAIL("%s: cannot write", out);
   free(ids), free(tg), free(gen);
   gj_model_free(&mt);
+  gj_state_free(&st);
   return 0;
 }
 

@@ -10,12 +10,24 @@
 #include <mpi.h>
 #include <omp.h>
 
-#include "cli/evaluate.h"
+#include "train/evaluate.h"
 #include "model/gptj.h"
 #include "parallel/grid.h"
 #include "testutil.h"
 
 static int world_rank, world_size;
+
+/* A state and a network over it. */
+static int model_new(gj_state *st, gj_model *m, const gj_config *c, gj_grid *g, int64_t B, int64_t T,
+                     int zero, int recompute, int training) {
+  int rc = gj_state_create(st, c, g, zero);
+  return rc ? rc : gj_model_create(m, st, g, B, T, recompute, training);
+}
+
+static void model_del(gj_state *st, gj_model *m) {
+  gj_model_free(m);
+  gj_state_free(st);
+}
 
 static void tiny(gj_config *c, int layers) {
   gj_config_preset(c, "tiny");
@@ -29,9 +41,10 @@ START_TEST(test_allreduce_count) {
     tiny(&c, 2 + k);
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
+    gj_state st;
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 2, 16, 0, 0, 0), 0);
-    gj_params_init(&m.lay, &c, m.params, 3);
+    ck_assert_int_eq(model_new(&st, &m, &c, &g, 2, 16, 0, 0, 0), 0);
+    gj_params_init(m.lay, &c, m.params, 3);
     int32_t ids[32], tg[32];
     for (int i = 0; i < 32; i++) ids[i] = (i * 7) % 96, tg[i] = (i * 5 + 1) % 96;
     double ls;
@@ -40,10 +53,10 @@ START_TEST(test_allreduce_count) {
     ck_assert_int_eq(gj_model_forward(&m, ids, tg, 2, 16, 0.0f, &ls, &nv), 0);
     fwd[k] = g.n_tp_allreduce;
     g.n_tp_allreduce = 0;
-    gj_model_zero_grads(&m);
-    ck_assert_int_eq(gj_model_backward(&m, 1.0f / 32, 0.0f), 0);
+    gj_state_zero_grads(&st);
+    ck_assert_int_eq(gj_model_backward(&m, 1.0f / 32, 0.0f, NULL), 0);
     bwd[k] = g.n_tp_allreduce;
-    gj_model_free(&m);
+    model_del(&st, &m);
     gj_grid_free(&g);
   }
   /* one more layer costs exactly one all-reduce each way; the rest is the embedding and the
@@ -89,9 +102,10 @@ START_TEST(test_eval_matches_loop) {
   for (int lay = 0; lay < 2; lay++) { /* (DP, TP) = (size, 1), then (1, size) */
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, lay == 0 ? 1 : world_size), 0);
+    gj_state st;
     gj_model m;
-    ck_assert_int_eq(gj_model_create(&m, &c, &g, 3, T, 0, 0, 0), 0);
-    gj_params_init(&m.lay, &c, m.params, 11);
+    ck_assert_int_eq(model_new(&st, &m, &c, &g, 3, T, 0, 0, 0), 0);
+    gj_params_init(m.lay, &c, m.params, 11);
     for (int si = 0; si < 2; si++) {
       int64_t S = strides[si], cnt;
       double nll;
@@ -106,7 +120,7 @@ START_TEST(test_eval_matches_loop) {
       ck_assert_msg(fabs(nll - ref) / ref <= 1e-5, "stride %lld: %.10g vs loop %.10g", (long long)S, nll, ref);
       results[lay][si] = nll;
     }
-    gj_model_free(&m);
+    model_del(&st, &m);
     gj_grid_free(&g);
   }
   for (int si = 0; si < 2; si++)
@@ -129,19 +143,20 @@ START_TEST(test_blocked_head) {
   for (int tpi = 0; tpi < 2; tpi++) {
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, tpi ? world_size : 1), 0);
+    gj_state sref, strn;
     gj_model ref, trn;
-    ck_assert_int_eq(gj_model_create(&ref, &c, &g, B, T, 0, 0, 0), 0);
-    ck_assert_int_eq(gj_model_create(&trn, &c, &g, B, T, 0, 0, 1), 0);
+    ck_assert_int_eq(model_new(&sref, &ref, &c, &g, B, T, 0, 0, 0), 0);
+    ck_assert_int_eq(model_new(&strn, &trn, &c, &g, B, T, 0, 0, 1), 0);
     ck_assert_uint_lt(trn.act_bytes, ref.act_bytes);
-    gj_params_init(&ref.lay, &c, ref.params, 5);
-    gj_params_init(&trn.lay, &c, trn.params, 5);
+    gj_params_init(ref.lay, &c, ref.params, 5);
+    gj_params_init(trn.lay, &c, trn.params, 5);
     double l1, l2, l3;
     int64_t n1, n2, n3;
     const float scale = 1.0f / 300, zl = 1e-3f;
-    gj_model_zero_grads(&ref), gj_model_zero_grads(&trn);
+    gj_state_zero_grads(&sref), gj_state_zero_grads(&strn);
     ck_assert_int_eq(gj_model_forward(&ref, ids, tg, B, T, zl, &l1, &n1), 0);
-    ck_assert_int_eq(gj_model_backward(&ref, scale, zl), 0);
-    ck_assert_int_eq(gj_model_forward_backward(&trn, ids, tg, B, T, zl, scale, &l2, &n2), 0);
+    ck_assert_int_eq(gj_model_backward(&ref, scale, zl, NULL), 0);
+    ck_assert_int_eq(gj_model_forward_backward(&trn, ids, tg, B, T, zl, scale, NULL, &l2, &n2), 0);
     ck_assert_int_eq(n1, n2);
     ck_assert_double_le(fabs(l1 - l2) / l1, 1e-6);
     /* the loss alone (validation during training) from a training model */
@@ -149,9 +164,9 @@ START_TEST(test_blocked_head) {
     ck_assert_int_eq(n1, n3);
     ck_assert_double_le(fabs(l1 - l3) / l1, 1e-6);
     /* a training model refuses the separate backward (it kept no logits) */
-    ck_assert_int_ne(gj_model_backward(&trn, scale, zl), 0);
-    for (int t = 0; t < ref.lay.n; t++) {
-      const gj_tensor *ts = &ref.lay.t[t];
+    ck_assert_int_ne(gj_model_backward(&trn, scale, zl, NULL), 0);
+    for (int t = 0; t < ref.lay->n; t++) {
+      const gj_tensor *ts = &ref.lay->t[t];
       double num = 0, den = 0;
       for (size_t i = 0; i < ts->numel; i++) {
         double a = ref.grads[ts->offset + i], b = trn.grads[ts->offset + i];
@@ -160,7 +175,7 @@ START_TEST(test_blocked_head) {
       ck_assert_msg(sqrt(num) <= 1e-5 * sqrt(den) + 1e-12, "tp %d: %s gradient differs: %g of %g",
                     g.tp_size, ts->name, sqrt(num), sqrt(den));
     }
-    gj_model_free(&ref), gj_model_free(&trn);
+    model_del(&sref, &ref), model_del(&strn, &trn);
     gj_grid_free(&g);
   }
   free(ids), free(tg);
@@ -175,13 +190,14 @@ static void check_sizes(const char *preset, int tp, int zero, int recompute, int
   ck_assert_int_eq(gj_grid_init(&g, tp), 0);
   gj_mem_sizes s;
   ck_assert_int_eq(gj_model_sizes(&s, &c, tp, g.dp_size, zero, recompute, 1, B, T, omp_get_max_threads()), 0);
+  gj_state st;
   gj_model m;
-  ck_assert_int_eq(gj_model_create(&m, &c, &g, B, T, zero, recompute, 1), 0);
-  ck_assert_uint_eq(m.arena_bytes, s.params + s.grads + s.moments);
-  ck_assert_uint_eq(m.numel_pad * sizeof(float), s.params);
-  ck_assert_uint_eq(2 * m.zero_n * sizeof(float), s.moments);
+  ck_assert_int_eq(model_new(&st, &m, &c, &g, B, T, zero, recompute, 1), 0);
+  ck_assert_uint_eq(st.bytes, s.params + s.grads + s.moments);
+  ck_assert_uint_eq(st.numel_pad * sizeof(float), s.params);
+  ck_assert_uint_eq(2 * st.n * sizeof(float), s.moments);
   ck_assert_uint_eq(m.act_bytes, s.acts);
-  gj_model_free(&m);
+  model_del(&st, &m);
   gj_grid_free(&g);
 }
 

@@ -254,9 +254,12 @@ START_TEST(test_kill_during_save) {
   snprintf(args, sizeof args, "train %s --data %s --steps 100000 --micro-batch 8 --run-dir %s --save-every 1 --keep-checkpoints 2",
            COMMON, DATA, run);
   for (int trial = 0; trial < 3; trial++) {
-    sh("(setsid %s -np 2 %s/gptj %s --tp 2 --resume auto >>%s 2>&1 & echo $! > %s/pid) ; sleep %.2f; "
+    /* killed a moment after the first checkpoint of this trial exists (a fixed delay from the
+     * start would depend on the machine's load), so that later ones are being written */
+    sh("rm -f %s/latest; (setsid %s -np 2 %s/gptj %s --tp 2 --resume auto >>%s 2>&1 & echo $! > %s/pid) ; "
+       "for i in $(seq 600); do test -f %s/latest && break; sleep 0.1; done; sleep %.2f; "
        "kill -9 -$(cat %s/pid) 2>/dev/null; sleep 0.5",
-       MPI_, B_, args, log, OUT, 3.0 + 0.37 * trial, OUT);
+       run, MPI_, B_, args, log, OUT, run, 0.5 + 0.37 * trial, OUT);
     /* resume must find a good checkpoint and go on */
     char a2[2048];
     snprintf(a2, sizeof a2, "train %s --data %s --steps 1 --micro-batch 8 --run-dir %s --resume auto --keep-checkpoints 2",

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cli/args.h"
-#include "cli/evaluate.h"
+#include "train/evaluate.h"
 #include "cli/gemmopts.h"
 #include "cli/memcheck.h"
 #include "common.h"
@@ -22,7 +22,7 @@
 #include "parallel/grid.h"
 
 /* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
-static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
+static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
                       const char *gemm, const char *prec, double mem_gb, const char *hint) {
   int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
   gj_config c;
@@ -43,10 +43,11 @@ static int load_model(gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int
            (ms.params + ms.grads + ms.moments) / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
   GJ_TRY(gj_mem_check(MPI_COMM_WORLD, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
                       hint, mem_gb, NULL));
-  rc = gj_model_create(m, &c, g, B, *T, 0, 0, 0);
+  rc = gj_state_create(st, &c, g, 0);
+  if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_ckpt_meta meta;
-  return gj_ckpt_load(ckpt, m, &meta, 0);
+  return gj_ckpt_load(ckpt, st, g, &meta, 0);
 }
 
 int gj_cmd_eval(int argc, char **argv) {
@@ -76,8 +77,9 @@ int gj_cmd_eval(int argc, char **argv) {
   if (rc) return rc > 0 ? 0 : rc;
   if (!data) return GJ_FAIL("--data: required");
   gj_grid g;
+  gj_state st;
   gj_model m;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
+  GJ_TRY(load_model(&st, &m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
                     "use more ranks with --tp, or a smaller --seq-len or --micro-batch"));
   if (S == 0) S = T;
   if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
@@ -94,6 +96,7 @@ int gj_cmd_eval(int argc, char **argv) {
           max_windows ? NAN : bpb, gj_now() - t0);
   gj_dataset_free(&ds);
   gj_model_free(&m);
+  gj_state_free(&st);
   gj_grid_free(&g);
   return 0;
 }
@@ -191,9 +194,10 @@ int gj_cmd_generate(int argc, char **argv) {
   if (!rc && ids.n == 0) rc = GJ_FAIL("%s: empty prompt", prompt ? "--prompt" : "--prompt-ids");
   if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
   gj_grid g;
+  gj_state st;
   gj_model m;
   int64_t T = 0;
-  GJ_TRY(load_model(&m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
+  GJ_TRY(load_model(&st, &m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
                     "use more ranks with --tp (generate holds the KV cache of the whole context)"));
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
   for (size_t i = 0; i < ids.n; i++)
@@ -237,6 +241,7 @@ int gj_cmd_generate(int argc, char **argv) {
   free(full), free(work), free(ids.v);
   gj_tokenizer_free(tok);
   gj_model_free(&m);
+  gj_state_free(&st);
   gj_grid_free(&g);
   return rc;
 }

@@ -298,9 +298,9 @@ static int share_rows(gj_grid *g, const gj_tensor *t, float *local, int64_t unit
 /* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges: the
  * elements of its local slice each DP rank owns, and (loading) the owned part of a whole
  * slice kept. */
-static int zero_counts(const gj_model *m, const gj_tensor *t, int *cnt, int *dsp) {
-  size_t P = m->zero_n;
-  for (int r = 0; r < m->g->dp_size; r++) {
+static int zero_counts(const gj_state *st, const gj_grid *g, const gj_tensor *t, int *cnt, int *dsp) {
+  size_t P = st->n;
+  for (int r = 0; r < g->dp_size; r++) {
     size_t lo = GJ_MAX(t->offset, r * P), hi = GJ_MIN(t->offset + t->numel, (r + 1) * P);
     cnt[r] = hi > lo ? (int)(hi - lo) : 0;
     dsp[r] = hi > lo ? (int)(lo - t->offset) : 0;
@@ -308,9 +308,9 @@ static int zero_counts(const gj_model *m, const gj_tensor *t, int *cnt, int *dsp
   return t->numel > (size_t)INT32_MAX ? GJ_FAIL("tensor %s too large for ZeRO staging", t->name) : 0;
 }
 
-static void zero_keep(gj_model *m, const gj_tensor *t, const float *full, float *shard) {
-  size_t lo = GJ_MAX(t->offset, m->zero_lo), hi = GJ_MIN(t->offset + t->numel, m->zero_lo + m->zero_n);
-  for (size_t k = lo; k < hi; k++) shard[k - m->zero_lo] = full[k - t->offset];
+static void zero_keep(gj_state *m, const gj_tensor *t, const float *full, float *shard) {
+  size_t lo = GJ_MAX(t->offset, m->lo), hi = GJ_MIN(t->offset + t->numel, m->lo + m->n);
+  for (size_t k = lo; k < hi; k++) shard[k - m->lo] = full[k - t->offset];
 }
 
 /* Elements [lo, hi) of a local slice, cut where a CRC piece ends: at row ends when the
@@ -344,9 +344,8 @@ static void piece_crc(void *c, int64_t lo, int64_t hi) {
 /* The tensor's CRC from the DP ranks' owned ranges (ZeRO-1): each checksums its range in
  * pieces, the pieces are gathered over DP and combined into the slice's CRC (or its rows'),
  * then slices_crc as for tensor_crc. */
-static int owned_crc(gj_model *m, const gj_tensor *t, const float *shard, const int *cnt,
+static int owned_crc(gj_state *m, gj_grid *g, const gj_tensor *t, const float *shard, const int *cnt,
                      const int *dsp, uint32_t *out) {
-  gj_grid *g = m->g;
   int dp = g->dp_size, me = g->dp_rank;
   int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
   int per_row = crc_per_row(g, t);
@@ -380,16 +379,15 @@ static int owned_crc(gj_model *m, const gj_tensor *t, const float *shard, const 
 /* Under ZeRO-1 each DP rank writes the moments it owns: elements [dsp, dsp + cnt) of the
  * tensor's local slice, a union of at most three blocks of the dataset (a partial row, whole
  * rows, a partial row). Replicated tensors are written by the DP group of TP rank 0. */
-static int write_owned(hid_t f, int fd, const char *path, gj_model *m, const gj_tensor *t,
+static int write_owned(hid_t f, int fd, const char *path, gj_state *m, gj_grid *g, const gj_tensor *t,
                        const float *shard_block, int compress, hid_t dxpl) {
-  gj_grid *g = m->g;
   int dp = g->dp_size, me = g->dp_rank;
   int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
   if (!cnt) return GJ_FAIL("out of memory");
-  int rc = zero_counts(m, t, cnt, dsp);
-  const float *mine = shard_block + (t->offset + dsp[me]) - m->zero_lo;
+  int rc = zero_counts(m, g, t, cnt, dsp);
+  const float *mine = shard_block + (t->offset + dsp[me]) - m->lo;
   uint32_t crc = 0;
-  if (!rc) rc = owned_crc(m, t, mine, cnt, dsp, &crc);
+  if (!rc) rc = owned_crc(m, g, t, mine, cnt, dsp, &crc);
   int64_t unit, lo = dsp[me], hi = dsp[me] + cnt[me];
   if (t->shard == GJ_SHARD_NONE && g->tp_rank != 0) hi = lo;
   free(cnt);
@@ -414,7 +412,7 @@ static int write_owned(hid_t f, int fd, const char *path, gj_model *m, const gj_
 static const char *const block_prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
 
 /* Under ZeRO-1, a buffer for one tensor's whole local slice of moments (NULL otherwise). */
-static int zero_stage_alloc(const gj_model *m, float **stage) {
+static int zero_stage_alloc(const gj_state *m, float **stage) {
   *stage = NULL;
   if (!m->zero) return 0;
   size_t mx = 0;
@@ -432,8 +430,7 @@ static int64_t *cfg_field(gj_config *c, int i) {
   return f[i];
 }
 
-int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int compress) {
-  gj_grid *g = m->g;
+int gj_ckpt_save(const char *path, gj_state *m, gj_grid *g, const gj_ckpt_meta *meta, int compress) {
   char tmp[GJ_PATH_BUF + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path); /* one name for every rank; the run's lock makes it ours */
   gj_h5_quiet();
@@ -517,9 +514,9 @@ int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int co
       const gj_tensor *t = &m->lay.t[i];
       snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
       if (b && m->zero)
-        rc = write_owned(f, wfd, p, m, t, blocks[b], compress, dxpl);
+        rc = write_owned(f, wfd, p, m, g, t, blocks[b], compress, dxpl);
       else
-        rc = write_tensor(f, wfd, p, g, t, blocks[b] + t->offset - (b ? m->zero_lo : 0), compress, dxpl);
+        rc = write_tensor(f, wfd, p, g, t, blocks[b] + t->offset - (b ? m->lo : 0), compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next
        * collective call, or the others would wait in it for ever. */
       rc = gj_agree(g->world, rc);
@@ -633,8 +630,7 @@ static int read_state(hid_t f, const char *path, gj_ckpt_meta *meta, int with_op
   return rc;
 }
 
-int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_optim) {
-  gj_grid *g = m->g;
+int gj_ckpt_load(const char *path, gj_state *m, gj_grid *g, gj_ckpt_meta *meta, int with_optim) {
   gj_h5_quiet();
   hid_t f;
   GJ_TRY(open_checked(path, &f, g->world));
@@ -650,8 +646,8 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
   if (!has_optim && with_optim) {
     /* a model-only checkpoint (from gptj convert): fresh optimizer, schedule and data order */
     with_optim = 0;
-    memset(m->m, 0, m->zero_n * sizeof(float));
-    memset(m->v, 0, m->zero_n * sizeof(float));
+    memset(m->m, 0, m->n * sizeof(float));
+    memset(m->v, 0, m->n * sizeof(float));
     meta->loader = (gj_loader_state){meta->loader.seed, 0, 0};
     gj_info("%s holds weights only: the optimizer starts afresh", path);
   }
@@ -671,7 +667,7 @@ int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_opt
     }
     int b = k / m->lay.n, i = k % m->lay.n;
     const gj_tensor *t = &m->lay.t[i];
-    float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->zero_lo : 0);
+    float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->lo : 0);
     uint32_t want = 0, got = 0;
     int64_t unit = 1;
     snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);

@@ -10,7 +10,7 @@
 
 #include "io/loader.h"
 #include "io/outfile.h"
-#include "model/gptj.h"
+#include "model/state.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
@@ -23,11 +23,11 @@ typedef struct {
   int has_optim; /* set by gj_ckpt_load: the optimizer state, schedule and data order were loaded */
 } gj_ckpt_meta;
 
-/* Collective over the world. compress: deflate level 0 (off) .. 9. */
-int gj_ckpt_save(const char *path, gj_model *m, const gj_ckpt_meta *meta, int compress);
+/* Collective over g's world. compress: deflate level 0 (off) .. 9. */
+int gj_ckpt_save(const char *path, gj_state *st, gj_grid *g, const gj_ckpt_meta *meta, int compress);
 /* Collective. Loads parameters (and moments if with_optim) into this rank's slices, checking
- * every CRC, the format and the config against m->c (a mismatch names the key or tensor). */
-int gj_ckpt_load(const char *path, gj_model *m, gj_ckpt_meta *meta, int with_optim);
+ * every CRC, the format and the config against st->c (a mismatch names the key or tensor). */
+int gj_ckpt_load(const char *path, gj_state *st, gj_grid *g, gj_ckpt_meta *meta, int with_optim);
 /* Read the model config of a checkpoint (any rank, serial). */
 int gj_ckpt_read_config(const char *path, gj_config *c);
 

@@ -17,9 +17,9 @@
 /* Accumulate the time of stmt into category cat when profiling. */
 #define TIMED(cat, stmt)                                                                     \
   do {                                                                                       \
-    double t0_ = m->profile ? gj_now() : 0;                                                  \
+    double t0_ = m->prof ? gj_now() : 0;                                                     \
     stmt;                                                                                    \
-    if (m->profile) m->prof[cat] += gj_now() - t0_;                                          \
+    if (m->prof) m->prof[cat] += gj_now() - t0_;                                             \
   } while (0)
 
 /* The bf16 copy of weight p (NULL in float32). */
@@ -38,31 +38,6 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
  * lookup table). */
 static int has_w16(const gj_tensor *t) {
   return t->ndim == 2 && strcmp(t->name, "transformer.wte.weight") != 0;
-}
-
-/* Allocate with huge pages advised and touch every page once, so the step loop never pays
- * first-touch faults (DESIGN.md §12). */
-static void *arena_alloc(size_t bytes) {
-  void *p = NULL;
-  size_t align = (size_t)2 << 20;
-  bytes = (bytes + align - 1) / align * align;
-  if (posix_memalign(&p, align, bytes)) return NULL;
-#ifdef MADV_HUGEPAGE
-  madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-  memset(p, 0, bytes);
-  return p;
-}
-
-/* Parameter and gradient blocks of np floats (padded so that ZeRO's DP ranges are equal)
- * and moment ranges of P floats. */
-static void param_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
-  *np = *P = numel;
-  if (zero && dp > 1) {
-    *P = (numel + dp - 1) / dp;
-    *P = (*P + 15) / 16 * 16;
-    *np = *P * dp;
-  }
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
@@ -162,7 +137,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
   GJ_TRY(check_shape(c, B, T, nthreads));
   size_t np, P;
-  param_sizes(l.numel, dp, zero, &np, &P);
+  gj_state_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
   if (gj_gemm_precision() == GJ_PREC_BF16)
     for (int i = 0; i < l.n; i++)
@@ -180,17 +155,16 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   return 0;
 }
 
-int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero, int recompute, int training) {
+int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t Tmax,
+                    int recompute, int training) {
   memset(m, 0, sizeof *m);
-  GJ_TRY(gj_config_validate(c));
+  const gj_config *c = &st->c;
   GJ_TRY(check_shape(c, Bmax, Tmax, omp_get_max_threads()));
-  if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
   m->c = *c;
   m->g = g;
+  m->st = st, m->lay = &st->lay, m->params = st->params, m->grads = st->grads;
   m->recompute = recompute;
   m->training = training;
-  GJ_TRY(gj_layout_build(&m->lay, c, g->tp_size, g->tp_rank));
   int tp = g->tp_size;
   m->Hl = c->n_head / tp;
   m->Dl = m->Hl * gj_config_head_dim(c);
@@ -199,22 +173,12 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   m->v0 = m->Vl * g->tp_rank;
   m->Bmax = Bmax, m->Tmax = Tmax;
   m->nthreads = omp_get_max_threads();
-
-  size_t np, P;
-  m->zero = zero && g->dp_size > 1;
-  param_sizes(m->lay.numel, g->dp_size, m->zero, &np, &P);
-  m->numel_pad = np;
-  m->zero_lo = m->zero ? P * g->dp_rank : 0;
-  m->zero_n = P;
-  m->arena_bytes = (2 * np + 2 * P) * sizeof(float);
-  m->arena = arena_alloc(m->arena_bytes);
-  if (!m->arena) return GJ_FAIL("out of memory: parameter arena of %zu bytes", m->arena_bytes);
-  m->params = m->arena, m->grads = m->arena + np, m->m = m->arena + 2 * np, m->v = m->m + P;
+  size_t np = st->numel_pad;
   m->P.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
   m->G.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
-  if (!m->P.h || !m->G.h) return GJ_FAIL("out of memory");
-  gj_layout_ptrs(&m->lay, c, m->params, &m->P);
-  gj_layout_ptrs(&m->lay, c, m->grads, &m->G);
+  if (!m->P.h || !m->G.h) return gj_model_free(m), GJ_FAIL("out of memory");
+  gj_layout_ptrs(m->lay, c, m->params, &m->P);
+  gj_layout_ptrs(m->lay, c, m->grads, &m->G);
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   act_item fl[GJ_ACT_ITEMS];
@@ -223,8 +187,9 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   size_t total;
   GJ_TRY(act_total(fl, c, Bmax, Tmax, &total));
   m->act_bytes = total * sizeof(float);
-  m->act_arena = arena_alloc(m->act_bytes);
-  if (!m->act_arena) return GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
+  m->act_arena = gj_arena_alloc(m->act_bytes);
+  if (!m->act_arena)
+    return gj_model_free(m), GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
   size_t off = 0;
   for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
     *fl[i].p = fl[i].n ? m->act_arena + off : NULL; /* the bf16 copies are NULL in float32 */
@@ -233,7 +198,8 @@ int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, i
   if (gj_gemm_precision() == GJ_PREC_BF16) {
     /* only the GEMM weights' pages are ever touched (by the first refresh) */
     if (posix_memalign((void **)&m->w16, (size_t)2 << 20, np * sizeof(gj_bf16)))
-      return GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", np * sizeof(gj_bf16));
+      return m->w16 = NULL, gj_model_free(m),
+             GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", np * sizeof(gj_bf16));
 #ifdef MADV_HUGEPAGE
     madvise(m->w16, np * sizeof(gj_bf16), MADV_HUGEPAGE);
 #endif
@@ -247,8 +213,8 @@ void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL; }
 
 void gj_model_sync_w16(gj_model *m) {
   if (!m->w16 || !m->w16_stale) return;
-  for (int i = 0; i < m->lay.n; i++) {
-    const gj_tensor *t = &m->lay.t[i];
+  for (int i = 0; i < m->lay->n; i++) {
+    const gj_tensor *t = &m->lay->t[i];
     if (has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
   }
   m->w16_stale = 0;
@@ -256,15 +222,11 @@ void gj_model_sync_w16(gj_model *m) {
 
 void gj_model_free(gj_model *m) {
   free(m->w16);
-  free(m->arena);
   free(m->act_arena);
   free(m->P.h);
   free(m->G.h);
-  gj_layout_free(&m->lay);
   memset(m, 0, sizeof *m);
 }
-
-void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeof(float)); }
 
 /* A layer's activation buffers: the residual input x of layer l, and the slot that holds its
  * other activations (slot l, or slot 0 with recomputation). */
@@ -355,10 +317,10 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
           gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
                             m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
-    double t0 = m->profile ? gj_now() : 0;
+    double t0 = m->prof ? gj_now() : 0;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
-    if (m->profile) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
+    if (m->prof) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
   }
 
   float *xL = a->resid + c->n_layer * NC * D;
@@ -409,8 +371,8 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
 }
 
 int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
-                              int64_t T, float zloss, float scale, double *loss_sum,
-                              int64_t *n_valid) {
+                              int64_t T, float zloss, float scale, const gj_grad_hook *hook,
+                              double *loss_sum, int64_t *n_valid) {
   GJ_TRY(forward_body(m, ids, targets, B, T));
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
@@ -418,10 +380,10 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   for (int64_t r0 = 0; r0 < N; r0 += R)
     GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));
   m->head_done = 1;
-  return gj_model_backward(m, scale, zloss);
+  return gj_model_backward(m, scale, zloss, hook);
 }
 
-int gj_model_backward(gj_model *m, float scale, float zloss) {
+int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
@@ -440,7 +402,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * c->n_layer].offset));
+  if (hook) GJ_TRY(hook->ready(hook->ctx, m->lay->t[1 + 10 * c->n_layer].offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
     const gj_block_ptrs *p = &m->P.h[l];
@@ -494,9 +456,9 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
     TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
                                               lb.rstd, p->ln1_w, N, D));
-    if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));
+    if (hook) GJ_TRY(hook->ready(hook->ctx, m->lay->t[1 + 10 * l].offset));
   }
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
-  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, 0));
+  if (hook) GJ_TRY(hook->ready(hook->ctx, 0));
   return 0;
 }

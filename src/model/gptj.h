@@ -1,8 +1,8 @@
 /* GPT-J forward and backward over this rank's tensor-parallel shard.
  *
- * Parameters, gradients and the two AdamW moments live in one arena laid out by the parameter
- * table; activations in a second arena sized from (B, T, config) at creation. Neither grows
- * afterwards. */
+ * Parameters and gradients belong to the state (model/state.h), which the network borrows;
+ * activations live in the network's arena, sized from (B, T, config) at creation. Neither
+ * grows afterwards. */
 #ifndef GJ_MODEL_GPTJ_H
 #define GJ_MODEL_GPTJ_H
 
@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/gemm.h"
 #include "model/params.h"
+#include "model/state.h"
 #include "parallel/grid.h"
 
 typedef struct {
@@ -50,25 +51,30 @@ typedef struct {
 /* Time categories of a step (gptj bench). */
 enum { GJ_PROF_GEMM, GJ_PROF_ATTN, GJ_PROF_ELEM, GJ_PROF_VOCAB, GJ_PROF_COMM, GJ_PROF_N };
 
+/* Called during backward each time the gradients from float offset `lo` to the end of the
+ * gradient block are final (lo decreases to 0), so that their DP reduction can start. */
+typedef struct {
+  int (*ready)(void *ctx, size_t lo);
+  void *ctx;
+} gj_grad_hook;
+
+/* The network over one rank's shard: it borrows the parameters and gradients of a state
+ * (model/state.h) and owns the activations and the bf16 weight copies. */
 typedef struct {
   gj_config c;
   gj_grid *g;
-  int profile;                /* accumulate seconds per category into prof[] */
-  double prof[GJ_PROF_N];
-  gj_layout lay;
+  gj_state *st;               /* borrowed */
+  const gj_layout *lay;       /* &st->lay */
+  float *params, *grads;      /* st's blocks */
+  double *prof;               /* NULL, or seconds accumulated per category [GJ_PROF_N] */
   int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
-  float *arena;               /* params | grads | exp_avg | exp_avg_sq */
-  float *params, *grads;      /* numel_pad floats each, laid out by lay */
-  float *m, *v;               /* AdamW moments of the flat range [zero_lo, zero_lo + zero_n) */
-  size_t numel_pad, zero_lo, zero_n;
-  int zero;                   /* ZeRO-1: moments sharded over the DP group */
   int recompute;              /* keep only the residual stream; recompute layers in backward */
   int training;               /* the vocabulary head runs in blocks, fused with its backward */
   int head_done;              /* gj_model_forward_backward did the head's backward */
   gj_ptrs P, G;
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;
-  size_t act_bytes, arena_bytes;
+  size_t act_bytes;
   gj_acts a;
   int nthreads;
   /* bf16 precision: bfloat16 copies of the GEMM weights (every 2-D tensor but the embedding),
@@ -76,25 +82,20 @@ typedef struct {
    * gj_model_weights_changed. NULL in float32. */
   gj_bf16 *w16;
   int w16_stale;
-  /* Called during backward each time the gradients from float offset `lo` to the end of the
-   * gradient block are final (lo decreases to 0), so that their DP reduction can start. */
-  int (*grad_ready)(void *ctx, size_t lo);
-  void *grad_ready_ctx;
 } gj_model;
 
-/* Allocate and touch both arenas. Parameters are zero; call gj_params_init or load them.
- * zero = 1: ZeRO-1, DP rank r keeps the AdamW moments of the flat range [r P, (r+1) P) of
- * this TP rank's parameter block only (P = numel_pad / dp). recompute = 1: activation
+/* The network over state st (made by gj_state_create for g's TP rank; it must outlive the
+ * model): allocates and touches the activation arena. recompute = 1: activation
  * recomputation per layer (the KV-cache path needs recompute = 0). training = 1: the
  * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
  * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then
  * returns the loss only); training = 0 keeps the whole logits (eval, generate, tests). */
-int gj_model_create(gj_model *m, const gj_config *c, gj_grid *g, int64_t Bmax, int64_t Tmax,
-                    int zero, int recompute, int training);
+int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t Tmax,
+                    int recompute, int training);
 void gj_model_free(gj_model *m);
 
 /* Bytes a rank allocates for a layout, computed without allocating (the same arithmetic as
- * gj_model_create: arena_bytes = params + grads + moments, act_bytes = acts). */
+ * gj_state_create: bytes = params + grads + moments, and gj_model_create: act_bytes = acts). */
 typedef struct {
   size_t params, grads, moments, acts;
   size_t w16; /* bf16 precision: the bfloat16 copies of the GEMM weights (resident bytes) */
@@ -108,16 +109,16 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid);
 /* Backward of the last forward; gradients ACCUMULATE into m->grads (the caller zeroes),
- * each scaled by `scale` (1 / number of scored tokens in the global batch). Not on a training
- * model (use gj_model_forward_backward). */
-int gj_model_backward(gj_model *m, float scale, float zloss);
+ * each scaled by `scale` (1 / number of scored tokens in the global batch); hook (or NULL)
+ * hears of the gradients as they become final. Not on a training model (use
+ * gj_model_forward_backward). */
+int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook);
 /* Forward and backward of one micro-batch: the same results as gj_model_forward then
  * gj_model_backward, with the vocabulary head's backward done block by block as its forward
  * goes (so its logits are never stored whole on a training model). */
 int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
-                              int64_t T, float zloss, float scale, double *loss_sum,
-                              int64_t *n_valid);
-void gj_model_zero_grads(gj_model *m);
+                              int64_t T, float zloss, float scale, const gj_grad_hook *hook,
+                              double *loss_sum, int64_t *n_valid);
 /* The parameters changed (optimizer step, load): bf16 weight copies are refreshed before the
  * next forward. Cheap; a no-op in float32. */
 void gj_model_weights_changed(gj_model *m);

@@ -5,8 +5,8 @@
  * it scores only targets after the previous window's end, so each has up to T-S tokens of
  * extra context (S = T: non-overlapping windows). Windows are spread over the DP ranks; the
  * model runs over TP. */
-#ifndef GJ_CLI_EVALUATE_H
-#define GJ_CLI_EVALUATE_H
+#ifndef GJ_TRAIN_EVALUATE_H
+#define GJ_TRAIN_EVALUATE_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "cli/evaluate.h"
+#include "train/evaluate.h"
 
 #include <stdlib.h>
 

@@ -1,0 +1,58 @@
+#include "model/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common.h"
+
+void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
+  *np = *P = numel;
+  if (zero && dp > 1) {
+    *P = (numel + dp - 1) / dp;
+    *P = (*P + 15) / 16 * 16;
+    *np = *P * dp;
+  }
+}
+
+void *gj_arena_alloc(size_t bytes) {
+  void *p = NULL;
+  size_t align = (size_t)2 << 20;
+  bytes = (bytes + align - 1) / align * align;
+  if (posix_memalign(&p, align, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  memset(p, 0, bytes);
+  return p;
+}
+
+int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero) {
+  memset(s, 0, sizeof *s);
+  GJ_TRY(gj_config_validate(c));
+  if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
+  s->c = *c;
+  GJ_TRY(gj_layout_build(&s->lay, c, g->tp_size, g->tp_rank));
+  size_t np, P;
+  s->zero = zero && g->dp_size > 1;
+  gj_state_sizes(s->lay.numel, g->dp_size, s->zero, &np, &P);
+  s->numel_pad = np;
+  s->lo = s->zero ? P * g->dp_rank : 0;
+  s->n = P;
+  s->bytes = (2 * np + 2 * P) * sizeof(float);
+  s->arena = gj_arena_alloc(s->bytes);
+  if (!s->arena) {
+    gj_layout_free(&s->lay);
+    return GJ_FAIL("out of memory: parameter arena of %zu bytes", s->bytes);
+  }
+  s->params = s->arena, s->grads = s->arena + np, s->m = s->arena + 2 * np, s->v = s->m + P;
+  return 0;
+}
+
+void gj_state_free(gj_state *s) {
+  free(s->arena);
+  gj_layout_free(&s->lay);
+  memset(s, 0, sizeof *s);
+}
+
+void gj_state_zero_grads(gj_state *s) { memset(s->grads, 0, s->numel_pad * sizeof(float)); }

@@ -1,0 +1,44 @@
+/* The training state of one rank: its tensor table and the arena of parameters, gradients and
+ * AdamW moments, with the shard ranges. The network (gj_model) borrows the parameters and
+ * gradients; the optimizer, the DP reduction and the checkpoint read and write the state, and
+ * need nothing of the network.
+ *
+ * Arena: params | grads | exp_avg | exp_avg_sq. The parameter and gradient blocks hold
+ * numel_pad floats each, laid out by the table (padded so that ZeRO's DP ranges are equal);
+ * the moments hold the flat range [lo, lo + n) of the block: all of it, or under ZeRO-1 this
+ * DP rank's share. */
+#ifndef GJ_MODEL_STATE_H
+#define GJ_MODEL_STATE_H
+
+#include <stddef.h>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "parallel/grid.h"
+
+typedef struct {
+  gj_config c;
+  gj_layout lay;          /* this TP rank's tensor table */
+  float *arena;
+  float *params, *grads;  /* numel_pad floats each */
+  float *m, *v;           /* AdamW moments of [lo, lo + n) */
+  size_t numel_pad, lo, n;
+  int zero;               /* ZeRO-1: the moments are this DP rank's share */
+  size_t bytes;           /* of the arena */
+} gj_state;
+
+/* Block and moment sizes of a table at DP size dp: np floats per block, P floats of each
+ * moment (np = P = numel without ZeRO; with it P = ceil(numel/dp) rounded to 16, np = P dp). */
+void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P);
+
+/* Build the table for (c, g's TP rank) and allocate and touch the arena; parameters, gradients
+ * and moments are zero. zero = 1: ZeRO-1 (a no-op on one DP rank). */
+int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero);
+void gj_state_free(gj_state *s);
+void gj_state_zero_grads(gj_state *s);
+
+/* bytes (rounded up to 2 MiB) aligned to 2 MiB, huge pages advised and every page touched
+ * once, so the step loop never pays first-touch faults (DESIGN.md §12). NULL: out of memory. */
+void *gj_arena_alloc(size_t bytes);
+
+#endif

@@ -1,0 +1,218 @@
+#include "train/run.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "common.h"
+#include "io/rundir.h"
+#include "model/flops.h"
+#include "model/gemm.h"
+#include "train/evaluate.h"
+
+int gj_run_resume(gj_state *st, gj_grid *g, const char *resume, const char *run_dir,
+                  gj_ckpt_meta *meta, int *resumed) {
+  *resumed = 0;
+  if (!resume || !strcmp(resume, "none")) return 0;
+  double t0 = gj_now();
+  if (strcmp(resume, "auto")) {
+    GJ_TRY(gj_ckpt_load(resume, st, g, meta, 1));
+    gj_info("resumed from %s at step %lld (loaded in %.2f s)", resume, (long long)meta->step, gj_now() - t0);
+    *resumed = 1;
+    return 0;
+  }
+  /* rank 0's view of the directory decides */
+  int64_t *steps = NULL;
+  int n = 0, rc = g->rank == 0 ? gj_ckpt_candidates(run_dir, &steps, &n) : 0;
+  GJ_AGREE(g->world, rc);
+  GJ_TRY(gj_bcast(g->world, &n, sizeof n, 0));
+  if (g->rank != 0) steps = malloc((n ? n : 1) * sizeof(int64_t));
+  rc = steps || !n ? 0 : GJ_FAIL("out of memory");
+  if (!rc) rc = gj_bcast(g->world, steps, n * sizeof(int64_t), 0);
+  if (rc) return free(steps), gj_agree(g->world, rc);
+  char path[GJ_PATH_BUF];
+  for (int i = 0; i < n; i++) {
+    rc = gj_ckpt_path(path, sizeof path, run_dir, steps[i]);
+    if (!rc) rc = gj_ckpt_load(path, st, g, meta, 1);
+    if (!rc) {
+      gj_info("resumed from %s at step %lld (loaded in %.2f s)", path, (long long)meta->step, gj_now() - t0);
+      *resumed = 1;
+      break;
+    }
+    if (rc == GJ_STOPPED) break;
+    if (g->rank == 0) gj_warn("cannot resume from %s: %s; trying an older checkpoint", path, gj_errmsg());
+  }
+  free(steps);
+  if (rc == GJ_STOPPED) return rc;
+  if (n > 0 && !*resumed)
+    return GJ_FAIL("%s: no usable checkpoint (all %d damaged); refusing to start over in a run "
+                   "directory that has checkpoints", run_dir, n);
+  if (n == 0) gj_info("no checkpoint in %s: starting from scratch", run_dir);
+  return 0;
+}
+
+int gj_run_save(gj_state *st, gj_grid *g, const gj_run_opts *o, const gj_ckpt_meta *meta) {
+  char path[GJ_PATH_BUF];
+  GJ_TRY(gj_ckpt_path(path, sizeof path, o->run_dir, meta->step));
+  double t0 = gj_now();
+  GJ_TRY(gj_ckpt_save(path, st, g, meta, (int)o->compress));
+  double secs = gj_now() - t0; /* written, synced and renamed: complete */
+  int rc = 0;
+  if (g->rank == 0) {
+    rc = gj_ckpt_set_latest(o->run_dir, path);
+    if (!rc) rc = gj_ckpt_rotate(o->run_dir, (int)o->keep, meta->step);
+  }
+  GJ_AGREE(g->world, rc);
+  gj_info("saved %s (%.2f s)", path, secs);
+  return 0;
+}
+
+/* What the loop keeps from step to step. */
+typedef struct {
+  gj_run *r;
+  uint64_t *win;            /* [G] the global batch's windows */
+  int64_t G, first, bad, tokens_at_last;
+  double t_start, t_last, ema; /* wall clock; the step time's moving average */
+  double peak, gemm_rate, gemm_flops, flops_tok;
+} loop_state;
+
+static double peak_rss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss * 1024.0;
+}
+
+static void fmt_time(char *out, size_t n, double s) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* gj_batch_fn: micro-batch a of this DP rank, from the global batch's windows. */
+static int fill_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
+  loop_state *s = ctx;
+  gj_run *r = s->r;
+  int64_t B = r->B, T = r->T, base = (r->tr->g->dp_rank * r->A + a) * B;
+  for (int64_t b = 0; b < B; b++) gj_loader_window(r->loader, s->win[base + b], ids + b * T, tg + b * T);
+  return 0;
+}
+
+/* The ceilings again after 10, 100, 1000... steps, keeping the best: another job on the same
+ * cores can only make a measurement low, which would inflate MFU and efficiency. The probe's
+ * time is not training time. */
+static void probe_ceilings(loop_state *s, int64_t step, double *now) {
+  int64_t done = step - s->first;
+  while (done % 10 == 0 && done > 1) done /= 10;
+  if (done != 1) return;
+  if (step == s->first + 1) s->gemm_flops = gj_gemm_recorded_flops();
+  s->gemm_rate = GJ_MAX(s->gemm_rate, gj_gemm_recorded_rate(0.05));
+  if (step > s->first + 1)
+    s->peak = GJ_MAX(s->peak, gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), NULL));
+  double probe = gj_now() - *now;
+  s->t_start += probe, s->t_last += probe, *now += probe;
+}
+
+/* Rank 0: the log line and the metrics.jsonl record of a step. */
+static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double lr, double now, double dt) {
+  gj_run *r = s->r;
+  const gj_ckpt_meta *meta = r->meta;
+  const gj_run_opts *o = &r->o;
+  double elapsed = now - s->t_start, span = now - s->t_last;
+  double tps = (meta->tokens_seen - s->tokens_at_last) / (span > 0 ? span : 1e-9);
+  double mfu = s->peak > 0 ? tps * s->flops_tok / r->tr->g->size / s->peak : 0;
+  /* this rank's GEMM FLOPs per step over the step time, against their standalone rate */
+  double geff = s->gemm_rate > 0 ? s->gemm_flops / s->ema / s->gemm_rate : 0;
+  double eta = (o->steps - step) * s->ema;
+  if (o->max_time > 0 && o->max_time - elapsed < eta) eta = GJ_MAX(0.0, o->max_time - elapsed);
+  char el[32], et[32];
+  fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
+  gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
+          (long long)step, (long long)o->steps, out->loss, lr, out->grad_norm, tps, 100 * mfu, 100 * geff,
+          el, et, peak_rss_bytes() / 1e6);
+  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.8g, \"lr\": %.8g, \"grad_norm\": %.8g, "
+          "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %.5g, \"elapsed_s\": %.3f, "
+          "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
+          (long long)step, out->loss, lr, out->grad_norm, (long long)meta->tokens_seen, tps, mfu, geff,
+          elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(), !out->finite);
+  fflush(r->metrics);
+  s->t_last = now, s->tokens_at_last = meta->tokens_seen;
+}
+
+static int validate(gj_run *r, int64_t step) {
+  double nll;
+  int64_t cnt;
+  gj_grid *g = r->tr->g;
+  GJ_TRY(gj_evaluate(r->tr->m, r->valid, r->T, r->T, r->B, r->o.eval_batches * r->B * g->dp_size, &nll, &cnt));
+  gj_info("step %lld | validation loss %.4f | perplexity %.2f | %lld tokens", (long long)step,
+          nll / cnt, exp(nll / cnt), (long long)cnt);
+  if (r->metrics)
+    fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.8g, \"val_ppl\": %.8g, \"val_tokens\": %lld}\n",
+            (long long)step, nll / cnt, exp(nll / cnt), (long long)cnt), fflush(r->metrics);
+  return 0;
+}
+
+/* One step of the loop: the batch, the update, the bookkeeping; *stop = 1 ends the loop
+ * after a clean stop (signal, --max-time: a checkpoint was saved). */
+static int loop_step(loop_state *s, int *stop) {
+  gj_run *r = s->r;
+  gj_ckpt_meta *meta = r->meta;
+  const gj_run_opts *o = &r->o;
+  gj_grid *g = r->tr->g;
+  double t0 = gj_now();
+  int64_t step = meta->step + 1;
+  GJ_TRY(gj_loader_next(r->loader, s->G, s->win));
+  if (step == s->first + 1) gj_gemm_record_reset(), gj_gemm_record(1);
+  double lr = gj_schedule_lr(&o->sched, step);
+  gj_step_in in = {step, lr, r->A, r->B, r->T, (double)s->G * r->T, fill_batch, s, o->inject_nan == step};
+  gj_step_out out;
+  int rc = gj_train_step(r->tr, &in, &out);
+  gj_gemm_record(0);
+  if (rc) return rc;
+  if (out.finite) s->bad = 0;
+  else gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
+               (long long)step, out.loss, out.grad_norm, (long long)++s->bad);
+  meta->step = step;
+  meta->tokens_seen += s->G * r->T;
+  meta->loader = r->loader->st;
+  double now = gj_now(), dt = now - t0;
+  probe_ceilings(s, step, &now);
+  s->ema = s->ema == 0 ? dt : 0.9 * s->ema + 0.1 * dt;
+  if (g->rank == 0 && (step % o->log_every == 0 || step == o->steps)) log_step(s, step, &out, lr, now, dt);
+  if (s->bad >= o->max_bad)
+    return GJ_FAIL("%lld non-finite steps in a row at step %lld: stopping (the last checkpoint "
+                   "is kept)", (long long)s->bad, (long long)step);
+  if (r->valid && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
+    GJ_TRY(validate(r, step));
+  /* Stop requests: a signal on any rank, the wall-clock budget (rank 0's clock), a lost lock. */
+  int want[3] = {gj_stop_signal() != 0, 0, gj_rundir_lock_lost()};
+  if (g->rank == 0 && o->max_time > 0 && now - s->t_start + 2 * s->ema > o->max_time) want[1] = 1;
+  GJ_TRY(gj_allreduce_max_int(g->world, want, 3));
+  if (want[2])
+    return GJ_FAIL("%s: another process has taken the run directory's lock: stopping at step %lld "
+                   "without saving", o->run_dir, (long long)step);
+  int last = step == o->steps || want[0] || want[1];
+  if (last || (o->save_every > 0 && step % o->save_every == 0))
+    GJ_TRY(gj_run_save(r->tr->st, g, o, meta));
+  if ((want[0] || want[1]) && step < o->steps) {
+    gj_info("%s: stopped at step %lld after a checkpoint", want[0] ? "signal" : "--max-time", (long long)step);
+    *stop = 1;
+  }
+  return 0;
+}
+
+int gj_run_loop(gj_run *r) {
+  gj_grid *g = r->tr->g;
+  loop_state s = {.r = r, .G = r->B * r->A * g->dp_size, .first = r->meta->step,
+                  .tokens_at_last = r->meta->tokens_seen, .peak = r->peak,
+                  .flops_tok = gj_flops_per_token(&r->tr->st->c, r->T)};
+  s.win = malloc(s.G * sizeof(uint64_t));
+  int rc = s.win ? 0 : GJ_FAIL("out of memory for a batch of %lld sequences", (long long)s.G);
+  GJ_AGREE(g->world, rc);
+  s.t_start = s.t_last = gj_now();
+  int stop = 0;
+  while (r->meta->step < r->o.steps && !rc && !stop) rc = loop_step(&s, &stop);
+  free(s.win);
+  return gj_agree(g->world, rc);
+}

@@ -1,0 +1,55 @@
+/* One training step: zero the gradients, forward and backward over the micro-batches (the last
+ * one's backward starts the DP reduction bucket by bucket), finish the reduction (ZeRO-1: a
+ * reduce-scatter), the loss and the global gradient norm, clip, AdamW, and under ZeRO-1 the
+ * all-gather of the updated parameters. `gptj train`, `gptj bench` and the tests call it. */
+#ifndef GJ_TRAIN_STEP_H
+#define GJ_TRAIN_STEP_H
+
+#include <stdint.h>
+
+#include "model/gptj.h"
+#include "model/state.h"
+#include "optim/adamw.h"
+#include "parallel/dp.h"
+#include "parallel/grid.h"
+
+typedef struct {
+  gj_state *st;
+  gj_model *m;   /* over st */
+  gj_grid *g;
+  gj_dp_sync dp;
+  gj_adamw_hp hp;
+  float zloss;   /* z-loss coefficient */
+  int32_t *ids, *tg; /* one micro-batch [Bmax, Tmax] of the model */
+} gj_trainer;
+
+/* Fills micro-batch a (0 <= a < A) of this DP rank: ids and targets [B, T]. */
+typedef int (*gj_batch_fn)(void *ctx, int64_t a, int32_t *ids, int32_t *targets);
+
+typedef struct {
+  int64_t step;          /* the update's number t >= 1 (AdamW's bias correction) */
+  double lr;             /* this step's learning rate */
+  int64_t A, B, T;       /* micro-batches of [B, T] per DP rank */
+  double n_targets;      /* scored targets in the global batch: gradients are scaled by its inverse */
+  gj_batch_fn batch;
+  void *batch_ctx;
+  int inject_nan;        /* debug: a NaN into the reduced gradients */
+} gj_step_in;
+
+typedef struct {
+  double loss;           /* mean over the global batch */
+  double grad_norm;      /* before clipping */
+  int finite;            /* loss and norm finite: the update was applied (else skipped) */
+  double dp_wait_s;      /* exposed DP wait */
+  double optim_s;        /* norm, AdamW and the ZeRO all-gather */
+} gj_step_out;
+
+/* hp: AdamW's hyperparameters (hp->grad_clip 0: no clipping; hp->lr is not used: each step
+ * brings its learning rate, gj_step_in.lr). Allocates the DP buckets and one micro-batch. */
+int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
+                    float zloss);
+void gj_trainer_free(gj_trainer *t);
+/* Collective over the world. A non-finite loss or norm skips the update (out->finite = 0). */
+int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out);
+
+#endif
