@@ -68,11 +68,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gptj: error: unknown command '%s' (see gptj --help)\n", argv[1]);
     return 2;
   }
-  /* Open MPI's "lockedfile" shared-file-pointer component (which gptj never uses) writes the
-   * file's path into a fixed buffer when MPI-IO opens a file, and aborts on paths of ~230
-   * characters: leave it out, unless the user chose the components. */
-  setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
   int needs_mpi = cmd->mpi;
+  if (needs_mpi) gj_comm_before_init();
   if (needs_mpi) MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), size = gj_comm_size(gj_comm_world());

@@ -5,7 +5,7 @@
 typedef struct {
   const char *name;
   const char *summary;
-  int mpi;                          /* needs MPI_Init */
+  int mpi;                          /* runs under MPI (main initialises it) */
   int (*run)(int argc, char **argv); /* argv[0] is the command name; 0, or -1 with gj_errmsg */
 } gj_command;
 

@@ -11,14 +11,14 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
   if (gj_precision_parse(precision, &p))
     return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", precision);
   int rc = gj_gemm_setup(b, p);
-  if ((rc = gj_agree(world, rc))) return rc;
+  GJ_AGREE(world, rc);
   int same;
   GJ_TRY(gj_same_int(world, (int)gj_gemm_backend_in_use(), &same));
   if (!same) {
     /* ranks on different CPUs chose differently: oneDNN runs everywhere */
     gj_warn("ranks chose different GEMM backends; all use oneDNN");
     rc = gj_gemm_setup(GJ_GEMM_ONEDNN, p);
-    if ((rc = gj_agree(world, rc))) return rc;
+    GJ_AGREE(world, rc);
   }
   gj_cpu_features f;
   gj_cpu_detect(&f);

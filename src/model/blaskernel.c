@@ -1,7 +1,7 @@
 /* OpenBLAS's kernel: chosen by gptj for the CPU, checked, with a fallback.
  *
  * OpenBLAS reads OPENBLAS_CORETYPE once, when it is loaded, so a different kernel needs the
- * program to start again: the choice is made before MPI_Init and applied by re-executing the
+ * program to start again: the choice is made before MPI is initialised and applied by re-executing the
  * program with the variable set. Debian's 0.3.21 does not know recent Intel cores and falls
  * back to its generic Prescott (SSE3) kernel on them; and some OpenBLAS builds compute wrong
  * results (or crash) with some kernels on some CPUs. So gptj picks the widest kernel the CPU

@@ -25,7 +25,7 @@ typedef enum { GJ_GEMM_AUTO, GJ_GEMM_OPENBLAS, GJ_GEMM_ONEDNN } gj_gemm_backend;
 typedef enum { GJ_PREC_F32, GJ_PREC_BF16 } gj_precision;
 
 /* OpenBLAS's kernel (model/blaskernel.c): choose the widest the CPU runs, check it, fall back;
- * may re-execute the program. Call first in main, before MPI_Init. */
+ * may re-execute the program. Call first in main, before MPI is initialised. */
 void gj_blas_select_kernel(char **argv);
 /* The OpenBLAS core in use (e.g. "SkylakeX"). */
 const char *gj_blas_core(void);

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -11,6 +12,13 @@ int gj_mpi_fail(int code, const char *what) {
   int len = 0;
   MPI_Error_string(code, msg, &len);
   return GJ_FAIL("MPI error in %s: %s", what, msg);
+}
+
+void gj_comm_before_init(void) {
+  /* Open MPI's "lockedfile" shared-file-pointer component (which gptj never uses) writes the
+   * file's path into a fixed buffer when MPI-IO opens a file, and aborts on paths of ~230
+   * characters: leave it out, unless the user chose the components. */
+  setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
 }
 
 gj_comm gj_comm_world(void) { return MPI_COMM_WORLD; }

@@ -28,6 +28,9 @@ int gj_mpi_fail(int code, const char *what);
 #define GJ_CHUNK ((size_t)1 << 22)
 int gj_allreduce_inplace(gj_comm c, void *buf, size_t n, MPI_Datatype t, MPI_Op op);
 
+/* The MPI library's settings, before MPI_Init (main). */
+void gj_comm_before_init(void);
+
 gj_comm gj_comm_world(void);
 int gj_comm_rank(gj_comm c);
 int gj_comm_size(gj_comm c);

@@ -47,7 +47,7 @@ int gj_evaluate(gj_model *m, const gj_dataset *ds, int64_t T, int64_t S, int64_t
     sum += ls, cnt += nv;
   }
   free(ids), free(tg);
-  if ((rc = gj_agree(g->world, rc))) return rc;
+  GJ_AGREE(g->world, rc);
   double v[2] = {sum, (double)cnt};
   GJ_TRY(gj_allreduce_sum_f64(g->dp, v, 2));
   *nll = v[0];
