@@ -4,7 +4,8 @@
  * - gj_evaluate equals an independent per-token loop, in both window modes, and does not
  *   depend on DP x TP.
  * - The training path (vocabulary head in blocks, fused with its backward) equals the
- *   whole-logits forward + backward, in loss and every gradient, at TP 1 and TP = ranks. */
+ *   whole-logits forward + backward, in loss and every gradient, at TP 1 and TP = ranks.
+ * - The training step (src/train/step.c) gives the same losses over TP, DP and ZeRO-1. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -13,6 +14,7 @@
 #include "train/evaluate.h"
 #include "model/gptj.h"
 #include "parallel/grid.h"
+#include "train/step.h"
 #include "testutil.h"
 
 static int world_rank, world_size;
@@ -182,6 +184,70 @@ START_TEST(test_blocked_head) {
 }
 END_TEST
 
+/* The training step as a library: a global batch of 4 sequences stepped 3 times gives the
+ * same losses and gradient norms on one replica with TP = ranks and 2 micro-batches of 2, on
+ * DP = ranks with one micro-batch each, and with ZeRO-1 (the order of the sums differs:
+ * float tolerances). */
+typedef struct {
+  int64_t A, B, T;
+  int dp_rank;
+} step_batch;
+
+static int step_fill(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
+  const step_batch *sb = ctx;
+  for (int64_t b = 0; b < sb->B; b++) {
+    int64_t seq = (sb->dp_rank * sb->A + a) * sb->B + b; /* the loader's order */
+    for (int64_t t = 0; t < sb->T; t++) {
+      ids[b * sb->T + t] = (int32_t)((seq * 131 + t * 17 + 3) % 96);
+      tg[b * sb->T + t] = (int32_t)((seq * 131 + (t + 1) * 17 + 3) % 96);
+    }
+  }
+  return 0;
+}
+
+static void run_steps(int tp, int zero, int64_t A, int64_t B, double loss[3], double norm[3]) {
+  gj_config c;
+  tiny(&c, 2);
+  const int64_t T = 16;
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, tp), 0);
+  ck_assert_int_eq(A * B * g.dp_size, 4);
+  gj_state st;
+  gj_model m;
+  ck_assert_int_eq(model_new(&st, &m, &c, &g, B, T, zero, 0, 1), 0);
+  gj_params_init(m.lay, &c, m.params, 7);
+  gj_adamw_hp hp;
+  gj_adamw_defaults(&hp);
+  gj_trainer tr;
+  ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f), 0);
+  step_batch sb = {A, B, T, g.dp_rank};
+  for (int s = 0; s < 3; s++) {
+    gj_step_in in = {s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
+    gj_step_out out;
+    ck_assert_int_eq(gj_train_step(&tr, &in, &out), 0);
+    ck_assert(out.finite);
+    loss[s] = out.loss, norm[s] = out.grad_norm;
+  }
+  gj_trainer_free(&tr);
+  model_del(&st, &m);
+  gj_grid_free(&g);
+}
+
+START_TEST(test_train_step_layouts) {
+  double l0[3], n0[3], l[3], n[3];
+  run_steps(world_size, 0, 2, 2, l0, n0);
+  for (int zero = 0; zero < 2; zero++) {
+    run_steps(1, zero, 1, 4 / world_size, l, n);
+    for (int s = 0; s < 3; s++) {
+      ck_assert_msg(fabs(l[s] - l0[s]) <= 1e-5 * l0[s], "zero %d step %d: loss %.9g vs %.9g", zero, s + 1, l[s], l0[s]);
+      ck_assert_msg(fabs(n[s] - n0[s]) <= 1e-4 * n0[s], "zero %d step %d: norm %.9g vs %.9g", zero, s + 1, n[s], n0[s]);
+    }
+  }
+  /* the steps changed the model: the loss moved */
+  ck_assert(l0[2] != l0[0]);
+}
+END_TEST
+
 /* gptj plan's arithmetic equals what the arenas really allocate. */
 static void check_sizes(const char *preset, int tp, int zero, int recompute, int64_t B, int64_t T) {
   gj_config c;
@@ -225,6 +291,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_eval_matches_loop);
   tcase_add_test(tc, test_plan_sizes);
   tcase_add_test(tc, test_blocked_head);
+  tcase_add_test(tc, test_train_step_layouts);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
