@@ -359,10 +359,9 @@ static void *heartbeat(void *arg) {
 
 static void release_at_exit(void) { gj_rundir_unlock(); }
 
-int gj_rundir_lock(const char *dir) {
-  if (lk.held) return 0;
-  GJ_TRY(gj_path_join(lk.path, sizeof lk.path, dir, "lock"));
-  lk.stale_s = stale_seconds();
+/* The lock file's text: who holds it (pid, host, Slurm job, since, process start time) and a
+ * token of this holder. */
+static void lock_text(char *text, size_t n) {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   const char *job = getenv("SLURM_JOB_ID");
@@ -372,73 +371,91 @@ int gj_rundir_lock(const char *dir) {
   strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
   snprintf(lk.token, sizeof lk.token, "%08lx%08lx", (unsigned long)getpid() ^ (unsigned long)now,
            (unsigned long)(gj_now() * 1e6));
-  char text[1024];
   unsigned long long start = 0;
   proc_state((long)getpid(), &start);
-  snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
+  snprintf(text, n, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
            (long)getpid(), host, job && *job ? job : "-", when, start, lk.token);
+}
+
+/* The lock was created (fd): write it, hold it, start the heartbeat. */
+static int lock_taken(int fd, const char *text) {
+  size_t len = strlen(text);
+  int bad = write(fd, text, len) != (ssize_t)len;
+  bad |= fsync(fd) != 0;
+  bad |= close(fd) != 0;
+  if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
+  lk.held = 1, lk.stop = 0, lk.lost = 0;
+  gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
+  static int registered;
+  if (!registered) atexit(release_at_exit), registered = 1;
+  if (pthread_create(&lk.thread, NULL, heartbeat, NULL)) {
+    gj_rundir_unlock();
+    return GJ_FAIL("%s: cannot start the lock's heartbeat thread", lk.path);
+  }
+  return 0;
+}
+
+/* Someone holds the lock (its text: held). Returns 1 to try again (it was released, taken
+ * meanwhile, or stale and removed here), or the refusal when a live holder has it. */
+static int lock_held(const char *dir, char *held, size_t n) {
+  struct stat st;
+  if (read_text(lk.path, held, n) || stat(lk.path, &st)) return 1; /* just released */
+  struct timespec now_ts;
+  clock_gettime(CLOCK_REALTIME, &now_ts);
+  double age = (double)(now_ts.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (now_ts.tv_nsec - st.st_mtim.tv_nsec);
+  int dead = holder_dead_here(held);
+  /* a holder of this host just killed (a restart right after kill -9) takes a moment to go */
+  int changed = 0;
+  for (int i = 0; i < 100 && dead == 0 && !changed; i++) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    char again[1024] = "";
+    changed = read_text(lk.path, again, sizeof again) || strcmp(again, held);
+    if (!changed) dead = holder_dead_here(held);
+  }
+  if (changed) return 1; /* released or taken meanwhile: try again */
+  if (dead < 0) dead = 0;
+  if (!dead && age < lk.stale_s) {
+    held[strcspn(held, "\n")] = 0;
+    char *tok = strstr(held, " start ");
+    if (tok) *tok = 0;
+    return GJ_FAIL("--run-dir %s is in use by %s (lock %s, touched %.0f s ago; a crashed holder's "
+                   "lock expires after %.0f s): wait for it, or use another --run-dir",
+                   dir, *held ? held : "another process", lk.path, age, lk.stale_s);
+  }
+  /* Stale: move it aside under a name of our own, check that what moved is what we judged
+   * (another process may have taken over meanwhile: then put it back), and remove it. */
+  char aside[GJ_PATH_BUF + 32], moved[1024] = "";
+  snprintf(aside, sizeof aside, "%s.stale.%ld", lk.path, (long)getpid());
+  if (rename(lk.path, aside)) return 1;
+  if (read_text(aside, moved, sizeof moved) || strcmp(moved, held)) {
+    if (link(aside, lk.path) == 0 || errno == EEXIST) unlink(aside);
+    return 1;
+  }
+  unlink(aside);
+  held[strcspn(held, "\n")] = 0;
+  gj_warn("%s: removed a stale lock (%s; %s)", lk.path, held,
+          dead ? "its process has ended" : "not touched for longer than GJ_LOCK_STALE_S");
+  return 1;
+}
+
+int gj_rundir_lock(const char *dir) {
+  if (lk.held) return 0;
+  GJ_TRY(gj_path_join(lk.path, sizeof lk.path, dir, "lock"));
+  lk.stale_s = stale_seconds();
+  char text[1024];
+  lock_text(text, sizeof text);
   struct stat ls;
   if (lstat(lk.path, &ls) == 0 && !S_ISREG(ls.st_mode))
     return GJ_FAIL("%s: is %s, not a regular file: the run directory keeps its lock under this name; remove it",
                    lk.path, S_ISDIR(ls.st_mode) ? "a directory" : S_ISLNK(ls.st_mode) ? "a symbolic link" : "a special file");
   for (int attempt = 0; attempt < 5; attempt++) {
     int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd >= 0) {
-      size_t len = strlen(text);
-      int bad = write(fd, text, len) != (ssize_t)len;
-      bad |= fsync(fd) != 0;
-      bad |= close(fd) != 0;
-      if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
-      lk.held = 1, lk.stop = 0, lk.lost = 0;
-      gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
-      static int registered;
-      if (!registered) atexit(release_at_exit), registered = 1;
-      if (pthread_create(&lk.thread, NULL, heartbeat, NULL)) {
-        gj_rundir_unlock();
-        return GJ_FAIL("%s: cannot start the lock's heartbeat thread", lk.path);
-      }
-      return 0;
-    }
+    if (fd >= 0) return lock_taken(fd, text);
     if (errno != EEXIST) return GJ_FAIL("%s: cannot create the lock: %s", lk.path, strerror(errno));
     char held[1024] = "";
-    struct stat st;
-    if (read_text(lk.path, held, sizeof held) || stat(lk.path, &st)) continue; /* just released */
-    struct timespec now_ts;
-    clock_gettime(CLOCK_REALTIME, &now_ts);
-    double age = (double)(now_ts.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (now_ts.tv_nsec - st.st_mtim.tv_nsec);
-    int dead = holder_dead_here(held);
-    /* a holder of this host just killed (a restart right after kill -9) takes a moment to go */
-    int changed = 0;
-    for (int i = 0; i < 100 && dead == 0 && !changed; i++) {
-      struct timespec ts = {0, 50 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-      char again[1024] = "";
-      changed = read_text(lk.path, again, sizeof again) || strcmp(again, held);
-      if (!changed) dead = holder_dead_here(held);
-    }
-    if (changed) continue; /* released or taken meanwhile: try again */
-    if (dead < 0) dead = 0;
-    if (!dead && age < lk.stale_s) {
-      held[strcspn(held, "\n")] = 0;
-      char *tok = strstr(held, " start ");
-      if (tok) *tok = 0;
-      return GJ_FAIL("--run-dir %s is in use by %s (lock %s, touched %.0f s ago; a crashed holder's "
-                     "lock expires after %.0f s): wait for it, or use another --run-dir",
-                     dir, *held ? held : "another process", lk.path, age, lk.stale_s);
-    }
-    /* Stale: move it aside under a name of our own, check that what moved is what we judged
-     * (another process may have taken over meanwhile: then put it back), and remove it. */
-    char aside[GJ_PATH_BUF + 32], moved[1024] = "";
-    snprintf(aside, sizeof aside, "%s.stale.%ld", lk.path, (long)getpid());
-    if (rename(lk.path, aside)) continue;
-    if (read_text(aside, moved, sizeof moved) || strcmp(moved, held)) {
-      if (link(aside, lk.path) == 0 || errno == EEXIST) unlink(aside);
-      continue;
-    }
-    unlink(aside);
-    held[strcspn(held, "\n")] = 0;
-    gj_warn("%s: removed a stale lock (%s; %s)", lk.path, held,
-            dead ? "its process has ended" : "not touched for longer than GJ_LOCK_STALE_S");
+    int rc = lock_held(dir, held, sizeof held);
+    if (rc < 0) return rc;
   }
   return GJ_FAIL("%s: cannot take the lock (it keeps changing hands)", lk.path);
 }
