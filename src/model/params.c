@@ -119,22 +119,15 @@ void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs
   p->lm_w = base + f[2].offset, p->lm_b = base + f[3].offset;
 }
 
-/* Counter-based randomness: a value is a pure function of (key, index, draw). */
-static uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 static uint64_t hash_name(const char *s) {
   uint64_t h = 1469598103934665603ULL; /* FNV-1a */
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
   return h;
 }
 
+/* Counter-based randomness (gj_mix64): a value is a pure function of (key, index, draw). */
 static double uniform01(uint64_t key, uint64_t idx, uint64_t draw) {
-  uint64_t r = mix64(key ^ mix64(idx * 4 + draw));
+  uint64_t r = gj_mix64(key ^ gj_mix64(idx * 4 + draw));
   return ((r >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
 }
 
@@ -160,7 +153,7 @@ void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_
     case GJ_INIT_PROJ: sigma = (2.0 / c->n_layer) / sqrt((double)c->n_embd); break;
     case GJ_INIT_EMBED: sigma = 1.0 / sqrt((double)c->vocab_size); break;
     }
-    uint64_t key = mix64(seed) ^ hash_name(t->name);
+    uint64_t key = gj_mix64(seed) ^ hash_name(t->name);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < t->lrows; r++)
       for (int64_t cc = 0; cc < t->lcols; cc++) {
