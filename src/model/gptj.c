@@ -440,7 +440,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * c->n_layer].offset));
+  if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, gj_layout_tail(&m->lay, 0)->offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
     const gj_block_ptrs *p = &m->P.h[l];
@@ -494,7 +494,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
     TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
     TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
                                               lb.rstd, p->ln1_w, N, D));
-    if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, m->lay.t[1 + 10 * l].offset));
+    if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, gj_layout_block(&m->lay, l, 0)->offset));
   }
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
   if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, 0));
