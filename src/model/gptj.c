@@ -1,5 +1,6 @@
 #include "model/gptj.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -266,51 +267,50 @@ void gj_model_free(gj_model *m) {
 
 void gj_model_zero_grads(gj_model *m) { memset(m->grads, 0, m->numel_pad * sizeof(float)); }
 
-/* A layer's activation buffers: the residual input x of layer l, and the slot that holds its
- * other activations (slot l, or slot 0 with recomputation). */
-typedef struct {
-  float *x, *h, *q, *k, *v, *att, *lse, *pre, *mean, *rstd;
-  gj_bf16 *qkv16; /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL in float32) */
-  gj_bf16 *datt16; /* bf16: [NC, Dl] head-major copy of d att */
-} layer_bufs;
-
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
  * attention backward reads), in one float slot otherwise. */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
-static layer_bufs layer_at(gj_model *m, int64_t l) {
+/* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
+ * and the slot that holds its other activations (slot l, or slot 0 with recomputation). */
+static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   gj_acts *a = &m->a;
   const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, Dl = m->Dl, s = m->recompute ? 0 : l;
   const int64_t sq = lean_qkv(m) ? 0 : s, s16 = lean_qkv(m) ? s : 0;
   const int64_t n16 = lean_qkv(m) ? (m->recompute ? 1 : m->c.n_layer) : 1;
-  layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + sq * NC * Dl,
-                  a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
-                  a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
-                  a->ln_mean + s * NC, a->ln_rstd + s * NC,
-                  a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
-                  a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
+  gj_block_bufs b = {a->resid + l * NC * D, a->resid + (l + 1) * NC * D, a->h + s * NC * D,
+                     a->ln_mean + s * NC, a->ln_rstd + s * NC, a->q + sq * NC * Dl,
+                     a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
+                     a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
+                     a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
+                     a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
   return b;
 }
 
 /* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention
  * and fc_in (gelu of it is recomputed where needed, into the dact work buffer, so that it is
  * never stored per layer). No communication: it can be recomputed in backward. In bf16 the
- * ln_1 output is rounded once into h16 for its four products. */
-static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, int64_t T) {
+ * ln_1 output is rounded once into h16 for its four products. The new k, v rows go to rows
+ * pos0.. of b->k, b->v (one sequence when pos0 > 0), and the queries attend over all
+ * pos0 + T keys. */
+static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
+                       int64_t pos0) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const gj_block_ptrs *p = &m->P.h[l];
   const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl;
-  const int64_t Hd = gj_config_head_dim(c);
+  const int64_t Hd = gj_config_head_dim(c), R = c->rotary_dim, Tk = pos0 + T;
+  /* the head-major copies cover the new rows only, so they need every key to be new */
+  assert(pos0 == 0 || (B == 1 && !b->qkv16));
+  float *kn = b->k + pos0 * Dl, *vn = b->v + pos0 * Dl; /* [N, Dl] the new rows */
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
                                            (float)c->layer_norm_epsilon);
         round16(a->h16, b->h, N * D));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, a->h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
-        gj_linear_forward(b->k, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
-        gj_linear_forward(b->v, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
-  TIMED(GJ_PROF_ELEM,
-        gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-        gj_rotary_forward(b->k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+        gj_linear_forward(kn, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
+        gj_linear_forward(vn, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
+  TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
+        gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
   const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
   if (b->qkv16) {
     const float *src[3] = {b->q, b->k, b->v};
@@ -320,9 +320,30 @@ static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, i
             qkv16[j] = b->qkv16 + j * NC * Dl);
   }
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, a->attn_scratch,
-                                           B, T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
+                                           B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl, Tk * Dl));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
                                         p->fc_in_b, N, D, Fl, 0));
+}
+
+int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
+                           int64_t pos0) {
+  gj_acts *a = &m->a;
+  const gj_block_ptrs *p = &m->P.h[l];
+  const int64_t N = B * T, D = m->c.n_embd, Dl = m->Dl, Fl = m->Fl;
+  float *x = b->x, *xo = b->xo;
+  layer_acts(m, l, b, B, T, pos0);
+  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, b->pre, N * Fl));
+  /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce; fc_out's
+   * (replicated) bias is added by tp_rank 0 only, so that the sum holds it once. */
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, b->att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
+        gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
+                          m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
+  double t0 = m->profile ? gj_now() : 0;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i]; /* xo may be x */
+  if (m->profile) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
+  return 0;
 }
 
 /* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
@@ -334,7 +355,7 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
     return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
                    (long long)T, (long long)m->Bmax, (long long)m->Tmax);
   m->B = B, m->T = T;
-  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl;
+  const int64_t N = B * T, D = c->n_embd, Vl = m->Vl;
   const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
   gj_model_sync_w16(m);
@@ -343,22 +364,9 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
 
   TIMED(GJ_PROF_VOCAB, gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->resid, N * D)));
-
   for (int64_t l = 0; l < c->n_layer; l++) {
-    const gj_block_ptrs *p = &m->P.h[l];
-    layer_bufs lb = layer_at(m, l);
-    float *x = lb.x, *xo = a->resid + (l + 1) * NC * D;
-    layer_acts(m, l, &lb, B, T);
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, lb.pre, N * Fl));
-    /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
-          gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
-                            m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
-    double t0 = m->profile ? gj_now() : 0;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
-    if (m->profile) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
+    gj_block_bufs lb = layer_at(m, l);
+    GJ_TRY(gj_model_block_forward(m, l, &lb, B, T, 0));
   }
 
   float *xL = a->resid + c->n_layer * NC * D;
@@ -445,8 +453,8 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
     const gj_block_ptrs *p = &m->P.h[l];
     gj_block_ptrs *gp = &m->G.h[l];
-    layer_bufs lb = layer_at(m, l);
-    if (m->recompute) layer_acts(m, l, &lb, B, T);
+    gj_block_bufs lb = layer_at(m, l);
+    if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
     else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
     float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
     float *pre = lb.pre;
