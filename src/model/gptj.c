@@ -429,11 +429,73 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   return gj_model_backward(m, scale, zloss);
 }
 
+/* Backward of block l (gj_model_block_forward's): a->dx, the gradient of the block's output,
+ * becomes that of its input, and the block's parameter gradients accumulate. With
+ * recomputation its activations are recomputed first (layer_acts, no communication). */
+static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
+  const gj_config *c = &m->c;
+  gj_acts *a = &m->a;
+  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
+  const int64_t Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const gj_block_ptrs *p = &m->P.h[l];
+  gj_block_ptrs *gp = &m->G.h[l];
+  gj_block_bufs lb = layer_at(m, l);
+  if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
+  else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
+  float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
+  float *pre = lb.pre;
+  const gj_bf16 *h16 = a->h16, *dx16;
+  /* dx is the gradient of the block output; both branches receive it unchanged. */
+  /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
+   * then receives the input gradient. */
+  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
+  TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
+                                         NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
+        gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
+  const gj_bf16 *g16;
+  TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+        g16 = round16(a->g16, a->dact, N * Fl));
+  TIMED(GJ_PROF_GEMM,
+        gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
+                           W16(p->fc_in_w), N, D, Fl, 0);
+        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
+                           Dl, D, 0));
+  /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
+   * from the float ones) and of d att */
+  const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
+  if (lb.qkv16) {
+    const float *qkvd[4] = {q, k, v, a->datt};
+    for (int j = 0; j < 4; j++) {
+      gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
+      if (j == 3 || !lean_qkv(m))
+        TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
+      qkvd16[j] = dst;
+    }
+  }
+  TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
+                                            a->attn_scratch, B, T, Hl, Hd, Dl));
+  TIMED(GJ_PROF_ELEM,
+        gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+        gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+  float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
+  float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
+  for (int j = 0; j < 3; j++) {
+    TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
+                                           W16(wqkv[j]), N, D, Dl, 1));
+  }
+  /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
+  TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
+                                            lb.rstd, p->ln1_w, N, D));
+  return 0;
+}
+
 int gj_model_backward(gj_model *m, float scale, float zloss) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
-  const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
-  const int64_t Vl = m->Vl, Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;
+  const int64_t NC = m->Bmax * m->Tmax;
 
   if (!m->head_done) {
     if (m->training)
@@ -451,57 +513,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss) {
   if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, gj_layout_tail(&m->lay, 0)->offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
-    const gj_block_ptrs *p = &m->P.h[l];
-    gj_block_ptrs *gp = &m->G.h[l];
-    gj_block_bufs lb = layer_at(m, l);
-    if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
-    else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
-    float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
-    float *pre = lb.pre;
-    const gj_bf16 *h16 = a->h16, *dx16;
-    /* dx is the gradient of the block output; both branches receive it unchanged. */
-    /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
-     * then receives the input gradient. */
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
-                                           NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
-          gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
-    const gj_bf16 *g16;
-    TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
-          g16 = round16(a->g16, a->dact, N * Fl));
-    TIMED(GJ_PROF_GEMM,
-          gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
-                             W16(p->fc_in_w), N, D, Fl, 0);
-          gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
-                             Dl, D, 0));
-    /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
-     * from the float ones) and of d att */
-    const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
-    if (lb.qkv16) {
-      const float *qkvd[4] = {q, k, v, a->datt};
-      for (int j = 0; j < 4; j++) {
-        gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
-        if (j == 3 || !lean_qkv(m))
-          TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
-        qkvd16[j] = dst;
-      }
-    }
-    TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
-                                              a->attn_scratch, B, T, Hl, Hd, Dl));
-    TIMED(GJ_PROF_ELEM,
-          gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-          gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
-    float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
-    float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
-    for (int j = 0; j < 3; j++) {
-      TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
-      TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
-                                             W16(wqkv[j]), N, D, Dl, 1));
-    }
-    /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
-    TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
-                                              lb.rstd, p->ln1_w, N, D));
+    GJ_TRY(block_backward(m, l, B, T));
     if (m->grad_ready) GJ_TRY(m->grad_ready(m->grad_ready_ctx, gj_layout_block(&m->lay, l, 0)->offset));
   }
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
