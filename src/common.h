@@ -99,4 +99,17 @@ int gj_log_world(void);
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* SplitMix64 (Steele, Lea, Flood 2014): advance *state by the golden-ratio increment and
+ * return the mixed value. The one generator of the program's pseudo-randomness (parameter
+ * initialisation, the loader's shuffle, sampling); its output sequences are part of the
+ * tests' expected results. */
+static inline uint64_t gj_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+/* The same as a counter-based hash: the value SplitMix64 draws from state z. */
+static inline uint64_t gj_mix64(uint64_t z) { return gj_splitmix64(&z); }
+
 #endif

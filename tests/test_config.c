@@ -55,7 +55,7 @@ START_TEST(test_layout) {
   gj_config_preset(&c, "tiny");
   gj_layout l;
   ck_assert_int_eq(gj_layout_build(&l, &c, 1, 0), 0);
-  ck_assert_int_eq(l.n, 5 + 10 * 2);
+  ck_assert_int_eq(l.n, gj_layout_count(2));
   ck_assert_int_eq(l.n_global, gj_config_n_params(&c));
   const gj_tensor *t = gj_layout_find(&l, "transformer.h.1.mlp.fc_out.weight");
   ck_assert_ptr_nonnull(t);
@@ -210,9 +210,10 @@ START_TEST(test_limits) {
   }
   gj_layout l;
   ck_assert_int_eq(gj_layout_build(&l, &at[3], 1, 0), 0); /* 4096 layers: 40966 tensors */
-  ck_assert_int_eq(l.n, 5 + 10 * GJ_MAX_LAYER);
-  ck_assert_ptr_eq(gj_layout_find(&l, "transformer.h.4095.mlp.fc_out.bias"), &l.t[l.n - 5]);
-  ck_assert_ptr_eq(gj_layout_find(&l, "lm_head.bias"), &l.t[l.n - 1]);
+  ck_assert_int_eq(l.n, gj_layout_count(GJ_MAX_LAYER));
+  ck_assert_ptr_eq(gj_layout_find(&l, "transformer.h.4095.mlp.fc_out.bias"),
+                   gj_layout_block(&l, 4095, GJ_BLK_FC_OUT_B));
+  ck_assert_ptr_eq(gj_layout_find(&l, "lm_head.bias"), gj_layout_tail(&l, GJ_TAIL_LM_B));
   ck_assert_ptr_null(gj_layout_find(&l, "transformer.h.4096.ln_1.weight"));
   gj_layout_free(&l);
   /* every factor in range, the product not: refused, and computed without overflow */

@@ -101,13 +101,6 @@ int gj_cmd_eval(int argc, char **argv) {
   return 0;
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 typedef struct { float v; int32_t i; } cand;
 static int cand_desc(const void *a, const void *b) {
   float x = ((const cand *)a)->v, y = ((const cand *)b)->v;
@@ -135,7 +128,7 @@ static int32_t sample(const float *logits, int64_t V, double temp, int64_t topk,
     sum = 0;
     for (int64_t j = 0; j < k; j++) sum += exp((work[j].v - mx) / temp);
   }
-  double u = (rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+  double u = (gj_splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
   for (int64_t j = 0; j < k; j++) {
     acc += exp((work[j].v - mx) / temp);
     if (u < acc) return work[j].i;

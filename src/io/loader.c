@@ -4,19 +4,12 @@
 
 #include "common.h"
 
-static uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 static void make_order(gj_loader *l) {
   for (uint64_t i = 0; i < l->n_windows; i++) l->order[i] = i;
   if (l->shuffle) { /* Fisher-Yates keyed by (seed, epoch) */
-    uint64_t key = mix64(l->st.seed ^ mix64(l->st.epoch + 0x5851f42d4c957f2dULL));
+    uint64_t key = gj_mix64(l->st.seed ^ gj_mix64(l->st.epoch + 0x5851f42d4c957f2dULL));
     for (uint64_t i = l->n_windows - 1; i > 0; i--) {
-      uint64_t j = mix64(key + i) % (i + 1), t = l->order[i];
+      uint64_t j = gj_mix64(key + i) % (i + 1), t = l->order[i];
       l->order[i] = l->order[j], l->order[j] = t;
     }
   }

@@ -21,7 +21,7 @@ typedef struct {
  * enough that every later size product cannot overflow: a tensor's numel is at most
  * GJ_MAX_VOCAB * GJ_MAX_EMBD = 2^40, the parameter count (bounded by GJ_MAX_PARAMS) and any
  * per-rank byte count (at most 16 bytes per parameter) fit int64 and size_t with room to spare,
- * and the parameter table's 6 + 10 n_layer entries fit an int. */
+ * and the parameter table's gj_layout_count(n_layer) entries fit an int. */
 #define GJ_MAX_VOCAB ((int64_t)1 << 24)     /* token ids are int32; GPT-2/GPT-J use 50257/50400 */
 #define GJ_MAX_POSITIONS ((int64_t)1 << 20) /* the largest --seq-len */
 #define GJ_MAX_EMBD ((int64_t)1 << 16)      /* D; also bounds n_head (which divides it) */

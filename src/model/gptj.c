@@ -1,5 +1,6 @@
 #include "model/gptj.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -228,51 +229,51 @@ void gj_model_free(gj_model *m) {
   memset(m, 0, sizeof *m);
 }
 
-/* A layer's activation buffers: the residual input x of layer l, and the slot that holds its
- * other activations (slot l, or slot 0 with recomputation). */
-typedef struct {
-  float *x, *h, *q, *k, *v, *att, *lse, *pre, *mean, *rstd;
-  gj_bf16 *qkv16; /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL in float32) */
-  gj_bf16 *datt16; /* bf16: [NC, Dl] head-major copy of d att */
-} layer_bufs;
 
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
  * attention backward reads), in one float slot otherwise. */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
-static layer_bufs layer_at(gj_model *m, int64_t l) {
+/* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
+ * and the slot that holds its other activations (slot l, or slot 0 with recomputation). */
+static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   gj_acts *a = &m->a;
   const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, Dl = m->Dl, s = m->recompute ? 0 : l;
   const int64_t sq = lean_qkv(m) ? 0 : s, s16 = lean_qkv(m) ? s : 0;
   const int64_t n16 = lean_qkv(m) ? (m->recompute ? 1 : m->c.n_layer) : 1;
-  layer_bufs b = {a->resid + l * NC * D, a->h + s * NC * D, a->q + sq * NC * Dl,
-                  a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
-                  a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
-                  a->ln_mean + s * NC, a->ln_rstd + s * NC,
-                  a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
-                  a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
+  gj_block_bufs b = {a->resid + l * NC * D, a->resid + (l + 1) * NC * D, a->h + s * NC * D,
+                     a->ln_mean + s * NC, a->ln_rstd + s * NC, a->q + sq * NC * Dl,
+                     a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
+                     a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
+                     a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
+                     a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
   return b;
 }
 
 /* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention
  * and fc_in (gelu of it is recomputed where needed, into the dact work buffer, so that it is
  * never stored per layer). No communication: it can be recomputed in backward. In bf16 the
- * ln_1 output is rounded once into h16 for its four products. */
-static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, int64_t T) {
+ * ln_1 output is rounded once into h16 for its four products. The new k, v rows go to rows
+ * pos0.. of b->k, b->v (one sequence when pos0 > 0), and the queries attend over all
+ * pos0 + T keys. */
+static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
+                       int64_t pos0) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const gj_block_ptrs *p = &m->P.h[l];
   const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl;
-  const int64_t Hd = gj_config_head_dim(c);
+  const int64_t Hd = gj_config_head_dim(c), R = c->rotary_dim, Tk = pos0 + T;
+  /* the head-major copies cover the new rows only, so they need every key to be new */
+  assert(pos0 == 0 || (B == 1 && !b->qkv16));
+  float *kn = b->k + pos0 * Dl, *vn = b->v + pos0 * Dl; /* [N, Dl] the new rows */
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
                                            (float)c->layer_norm_epsilon);
         round16(a->h16, b->h, N * D));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, a->h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
-        gj_linear_forward(b->k, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
-        gj_linear_forward(b->v, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
-  TIMED(GJ_PROF_ELEM,
-        gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-        gj_rotary_forward(b->k, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+        gj_linear_forward(kn, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
+        gj_linear_forward(vn, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
+  TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
+        gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
   const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
   if (b->qkv16) {
     const float *src[3] = {b->q, b->k, b->v};
@@ -282,9 +283,30 @@ static void layer_acts(gj_model *m, int64_t l, const layer_bufs *b, int64_t B, i
             qkv16[j] = b->qkv16 + j * NC * Dl);
   }
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, a->attn_scratch,
-                                           B, T, T, Hl, Hd, Dl, Dl, T * Dl, Dl, T * Dl));
+                                           B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl, Tk * Dl));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
                                         p->fc_in_b, N, D, Fl, 0));
+}
+
+int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
+                           int64_t pos0) {
+  gj_acts *a = &m->a;
+  const gj_block_ptrs *p = &m->P.h[l];
+  const int64_t N = B * T, D = m->c.n_embd, Dl = m->Dl, Fl = m->Fl;
+  float *x = b->x, *xo = b->xo;
+  layer_acts(m, l, b, B, T, pos0);
+  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, b->pre, N * Fl));
+  /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce; fc_out's
+   * (replicated) bias is added by tp_rank 0 only, so that the sum holds it once. */
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, b->att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
+        gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
+                          m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
+  double t0 = m->prof ? gj_now() : 0;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i]; /* xo may be x */
+  if (m->prof) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
+  return 0;
 }
 
 /* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
@@ -296,7 +318,7 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
     return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
                    (long long)T, (long long)m->Bmax, (long long)m->Tmax);
   m->B = B, m->T = T;
-  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Vl = m->Vl;
+  const int64_t N = B * T, D = c->n_embd, Vl = m->Vl;
   const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
   gj_model_sync_w16(m);
@@ -305,22 +327,9 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
 
   TIMED(GJ_PROF_VOCAB, gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->resid, N * D)));
-
   for (int64_t l = 0; l < c->n_layer; l++) {
-    const gj_block_ptrs *p = &m->P.h[l];
-    layer_bufs lb = layer_at(m, l);
-    float *x = lb.x, *xo = a->resid + (l + 1) * NC * D;
-    layer_acts(m, l, &lb, B, T);
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, lb.pre, N * Fl));
-    /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce. */
-    TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, lb.att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
-          gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
-                            m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
-    double t0 = m->prof ? gj_now() : 0;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < N * D; i++) xo[i] = x[i] + a->y[i];
-    if (m->prof) m->prof[GJ_PROF_ELEM] += gj_now() - t0;
+    gj_block_bufs lb = layer_at(m, l);
+    GJ_TRY(gj_model_block_forward(m, l, &lb, B, T, 0));
   }
 
   float *xL = a->resid + c->n_layer * NC * D;
@@ -383,11 +392,73 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   return gj_model_backward(m, scale, zloss, hook);
 }
 
+/* Backward of block l (gj_model_block_forward's): a->dx, the gradient of the block's output,
+ * becomes that of its input, and the block's parameter gradients accumulate. With
+ * recomputation its activations are recomputed first (layer_acts, no communication). */
+static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
+  const gj_config *c = &m->c;
+  gj_acts *a = &m->a;
+  const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
+  const int64_t Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const gj_block_ptrs *p = &m->P.h[l];
+  gj_block_ptrs *gp = &m->G.h[l];
+  gj_block_bufs lb = layer_at(m, l);
+  if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
+  else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
+  float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
+  float *pre = lb.pre;
+  const gj_bf16 *h16 = a->h16, *dx16;
+  /* dx is the gradient of the block output; both branches receive it unchanged. */
+  /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
+   * then receives the input gradient. */
+  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
+  TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
+                                         NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
+        gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
+  const gj_bf16 *g16;
+  TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+        g16 = round16(a->g16, a->dact, N * Fl));
+  TIMED(GJ_PROF_GEMM,
+        gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
+                           W16(p->fc_in_w), N, D, Fl, 0);
+        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
+                           Dl, D, 0));
+  /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
+   * from the float ones) and of d att */
+  const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
+  if (lb.qkv16) {
+    const float *qkvd[4] = {q, k, v, a->datt};
+    for (int j = 0; j < 4; j++) {
+      gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
+      if (j == 3 || !lean_qkv(m))
+        TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
+      qkvd16[j] = dst;
+    }
+  }
+  TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
+                                            a->attn_scratch, B, T, Hl, Hd, Dl));
+  TIMED(GJ_PROF_ELEM,
+        gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
+        gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+  float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
+  float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
+  for (int j = 0; j < 3; j++) {
+    TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
+                                           W16(wqkv[j]), N, D, Dl, 1));
+  }
+  /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
+  TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
+                                            lb.rstd, p->ln1_w, N, D));
+  return 0;
+}
+
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
-  const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl;
-  const int64_t Vl = m->Vl, Hl = m->Hl, Hd = gj_config_head_dim(c), NC = m->Bmax * m->Tmax;
+  const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;
+  const int64_t NC = m->Bmax * m->Tmax;
 
   if (!m->head_done) {
     if (m->training)
@@ -402,61 +473,11 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  if (hook) GJ_TRY(hook->ready(hook->ctx, m->lay->t[1 + 10 * c->n_layer].offset));
+  if (hook) GJ_TRY(hook->ready(hook->ctx, gj_layout_tail(m->lay, 0)->offset));
 
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
-    const gj_block_ptrs *p = &m->P.h[l];
-    gj_block_ptrs *gp = &m->G.h[l];
-    layer_bufs lb = layer_at(m, l);
-    if (m->recompute) layer_acts(m, l, &lb, B, T);
-    else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
-    float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
-    float *pre = lb.pre;
-    const gj_bf16 *h16 = a->h16, *dx16;
-    /* dx is the gradient of the block output; both branches receive it unchanged. */
-    /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
-     * then receives the input gradient. */
-    TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
-                                           NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
-          gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
-    const gj_bf16 *g16;
-    TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
-          g16 = round16(a->g16, a->dact, N * Fl));
-    TIMED(GJ_PROF_GEMM,
-          gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
-                             W16(p->fc_in_w), N, D, Fl, 0);
-          gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
-                             Dl, D, 0));
-    /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
-     * from the float ones) and of d att */
-    const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
-    if (lb.qkv16) {
-      const float *qkvd[4] = {q, k, v, a->datt};
-      for (int j = 0; j < 4; j++) {
-        gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
-        if (j == 3 || !lean_qkv(m))
-          TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
-        qkvd16[j] = dst;
-      }
-    }
-    TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
-                                              a->attn_scratch, B, T, Hl, Hd, Dl));
-    TIMED(GJ_PROF_ELEM,
-          gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-          gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
-    float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
-    float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
-    for (int j = 0; j < 3; j++) {
-      TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
-      TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
-                                             W16(wqkv[j]), N, D, Dl, 1));
-    }
-    /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
-    TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,
-                                              lb.rstd, p->ln1_w, N, D));
-    if (hook) GJ_TRY(hook->ready(hook->ctx, m->lay->t[1 + 10 * l].offset));
+    GJ_TRY(block_backward(m, l, B, T));
+    if (hook) GJ_TRY(hook->ready(hook->ctx, gj_layout_block(m->lay, l, 0)->offset));
   }
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
   if (hook) GJ_TRY(hook->ready(hook->ctx, 0));

@@ -119,6 +119,30 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
 int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                               int64_t T, float zloss, float scale, const gj_grad_hook *hook,
                               double *loss_sum, int64_t *n_valid);
+/* The buffers of one GPT-J block over N = B*T new rows (rows in batch order, T per sequence);
+ * NC = Bmax*Tmax rows of capacity. */
+typedef struct {
+  float *x, *xo;      /* [N, D] block input and output (xo may be x) */
+  float *h;           /* [N, D] ln_1 output */
+  float *mean, *rstd; /* [N] ln_1 statistics */
+  float *q;           /* [N, Dl] queries after rotary */
+  float *k, *v;       /* [B, Tk, Dl], Tk = pos0 + T: keys (after rotary) and values; the block
+                       * writes rows pos0.. and attends over all Tk */
+  float *att;         /* [N, Dl] attention output before out_proj */
+  float *lse;         /* [B, Hl, T] attention log-sum-exp (NULL: not kept) */
+  float *pre;         /* [N, Fl] fc_in output (gelu of it goes to the dact work buffer) */
+  gj_bf16 *qkv16;     /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL: none; pos0 = 0) */
+  gj_bf16 *datt16;    /* bf16: [NC, Dl] head-major copy of d att (backward only) */
+} gj_block_bufs;
+
+/* GPT-J block l, x + attn(ln_1(x)) + mlp(ln_1(x)) into b->xo, with ONE TP all-reduce of the two
+ * branches' partial sums, for T new tokens per sequence at positions pos0.. (pos0 > 0: one
+ * sequence, B = 1, whose earlier keys and values are in b->k, b->v: the KV-cache decode). The
+ * training forward, its recomputation in backward and the decode all run this block; a->y
+ * and a->dact are its work buffers, a->h16 its bf16 ln_1 copy. */
+int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
+                           int64_t pos0);
+
 /* The parameters changed (optimizer step, load): bf16 weight copies are refreshed before the
  * next forward. Cheap; a no-op in float32. */
 void gj_model_weights_changed(gj_model *m);

@@ -25,11 +25,16 @@ static int add(gj_layout *l, int cap, const char *name, int ndim, int64_t rows, 
   return 0;
 }
 
-/* The ten tensors of a block, in table order (gj_layout_ptrs and gj_layout_find rely on it). */
-static const char *const block_suffix[10] = {
-    "ln_1.weight", "ln_1.bias", "attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
-    "attn.out_proj.weight", "mlp.fc_in.weight", "mlp.fc_in.bias", "mlp.fc_out.weight",
-    "mlp.fc_out.bias"};
+/* The names of a block's tensors and of the tail's, in table order (params.h). */
+static const char *const block_suffix[GJ_BLOCK_TENSORS] = {
+    [GJ_BLK_LN1_W] = "ln_1.weight", [GJ_BLK_LN1_B] = "ln_1.bias",
+    [GJ_BLK_WQ] = "attn.q_proj.weight", [GJ_BLK_WK] = "attn.k_proj.weight",
+    [GJ_BLK_WV] = "attn.v_proj.weight", [GJ_BLK_WO] = "attn.out_proj.weight",
+    [GJ_BLK_FC_IN_W] = "mlp.fc_in.weight", [GJ_BLK_FC_IN_B] = "mlp.fc_in.bias",
+    [GJ_BLK_FC_OUT_W] = "mlp.fc_out.weight", [GJ_BLK_FC_OUT_B] = "mlp.fc_out.bias"};
+static const char *const tail_name[GJ_TAIL_TENSORS] = {
+    [GJ_TAIL_LNF_W] = "transformer.ln_f.weight", [GJ_TAIL_LNF_B] = "transformer.ln_f.bias",
+    [GJ_TAIL_LM_W] = "lm_head.weight", [GJ_TAIL_LM_B] = "lm_head.bias"};
 
 int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
   memset(l, 0, sizeof *l);
@@ -43,7 +48,7 @@ int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
     return GJ_FAIL("--tp %d does not divide n_inner %lld", tp, (long long)c->n_inner);
   if (c->vocab_size % tp)
     return GJ_FAIL("--tp %d does not divide the padded vocab_size %lld", tp, (long long)c->vocab_size);
-  int cap = 6 + 10 * (int)c->n_layer; /* n_layer <= GJ_MAX_LAYER */
+  int cap = gj_layout_count(c->n_layer); /* n_layer <= GJ_MAX_LAYER */
   l->t = calloc(cap, sizeof *l->t);
   if (!l->t) return GJ_FAIL("out of memory building the parameter table");
   int64_t V = c->vocab_size, D = c->n_embd, F = c->n_inner;
@@ -53,22 +58,24 @@ int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
 #define ADD(k, nd, r, cc, sh, in)                                                            \
   snprintf(nm, sizeof nm, "transformer.h.%d.%s", i, block_suffix[k]);                        \
   GJ_TRY(add(l, cap, nm, nd, r, cc, sh, in, tp, tr))
-    ADD(0, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
-    ADD(1, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
-    ADD(2, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD(3, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD(4, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD(5, 2, D, D, GJ_SHARD_COLS, GJ_INIT_PROJ);
-    ADD(6, 2, F, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
-    ADD(7, 1, F, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
-    ADD(8, 2, D, F, GJ_SHARD_COLS, GJ_INIT_PROJ);
-    ADD(9, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+    ADD(GJ_BLK_LN1_W, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
+    ADD(GJ_BLK_LN1_B, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+    ADD(GJ_BLK_WQ, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(GJ_BLK_WK, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(GJ_BLK_WV, 2, D, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(GJ_BLK_WO, 2, D, D, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD(GJ_BLK_FC_IN_W, 2, F, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+    ADD(GJ_BLK_FC_IN_B, 1, F, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
+    ADD(GJ_BLK_FC_OUT_W, 2, D, F, GJ_SHARD_COLS, GJ_INIT_PROJ);
+    ADD(GJ_BLK_FC_OUT_B, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
 #undef ADD
   }
-  GJ_TRY(add(l, cap, "transformer.ln_f.weight", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE, tp, tr));
-  GJ_TRY(add(l, cap, "transformer.ln_f.bias", 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO, tp, tr));
-  GJ_TRY(add(l, cap, "lm_head.weight", 2, V, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR, tp, tr));
-  GJ_TRY(add(l, cap, "lm_head.bias", 1, V, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO, tp, tr));
+#define ADD(k, nd, r, cc, sh, in) GJ_TRY(add(l, cap, tail_name[k], nd, r, cc, sh, in, tp, tr))
+  ADD(GJ_TAIL_LNF_W, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ONE);
+  ADD(GJ_TAIL_LNF_B, 1, D, 1, GJ_SHARD_NONE, GJ_INIT_ZERO);
+  ADD(GJ_TAIL_LM_W, 2, V, D, GJ_SHARD_ROWS, GJ_INIT_LINEAR);
+  ADD(GJ_TAIL_LM_B, 1, V, 1, GJ_SHARD_ROWS, GJ_INIT_ZERO);
+#undef ADD
   return 0;
 }
 
@@ -80,8 +87,8 @@ void gj_layout_free(gj_layout *l) {
 /* Constant time: the position of a name in the table follows from the name (layer number and
  * suffix, or one of the five tensors outside the blocks); the table entry then confirms it. */
 const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
-  if (l->n < 5) return NULL;
-  int n_layer = (l->n - 5) / 10, i = -1;
+  if (l->n < gj_layout_count(0)) return NULL;
+  int n_layer = gj_layout_n_layer(l), i = -1;
   static const char pre[] = "transformer.h.";
   if (!strncmp(name, pre, sizeof pre - 1)) {
     const char *p = name + sizeof pre - 1;
@@ -89,42 +96,31 @@ const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
     int digits = 0;
     for (; *p >= '0' && *p <= '9' && digits < 6; p++, digits++) layer = layer * 10 + (*p - '0');
     if (digits == 0 || *p != '.' || layer >= n_layer) return NULL;
-    for (int k = 0; k < 10 && i < 0; k++)
-      if (!strcmp(p + 1, block_suffix[k])) i = 1 + 10 * (int)layer + k;
+    for (int k = 0; k < GJ_BLOCK_TENSORS && i < 0; k++)
+      if (!strcmp(p + 1, block_suffix[k])) i = gj_layout_block_index(layer, k);
   } else if (!strcmp(name, "transformer.wte.weight")) {
-    i = 0;
+    i = GJ_LAYOUT_WTE;
   } else {
-    static const char *const tail[4] = {"transformer.ln_f.weight", "transformer.ln_f.bias",
-                                        "lm_head.weight", "lm_head.bias"};
-    for (int k = 0; k < 4 && i < 0; k++)
-      if (!strcmp(name, tail[k])) i = 1 + 10 * n_layer + k;
+    for (int k = 0; k < GJ_TAIL_TENSORS && i < 0; k++)
+      if (!strcmp(name, tail_name[k])) i = gj_layout_tail_index(n_layer, k);
   }
   return i >= 0 && i < l->n && !strcmp(l->t[i].name, name) ? &l->t[i] : NULL;
 }
 
 void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p) {
-  const gj_tensor *t = l->t;
-  p->wte = base + t[0].offset;
+  p->wte = base + l->t[GJ_LAYOUT_WTE].offset;
   for (int i = 0; i < c->n_layer; i++) {
-    const gj_tensor *b = &t[1 + 10 * i];
+    const gj_tensor *b = gj_layout_block(l, i, 0);
     gj_block_ptrs *h = &p->h[i];
-    h->ln1_w = base + b[0].offset, h->ln1_b = base + b[1].offset;
-    h->wq = base + b[2].offset, h->wk = base + b[3].offset, h->wv = base + b[4].offset;
-    h->wo = base + b[5].offset;
-    h->fc_in_w = base + b[6].offset, h->fc_in_b = base + b[7].offset;
-    h->fc_out_w = base + b[8].offset, h->fc_out_b = base + b[9].offset;
+    h->ln1_w = base + b[GJ_BLK_LN1_W].offset, h->ln1_b = base + b[GJ_BLK_LN1_B].offset;
+    h->wq = base + b[GJ_BLK_WQ].offset, h->wk = base + b[GJ_BLK_WK].offset;
+    h->wv = base + b[GJ_BLK_WV].offset, h->wo = base + b[GJ_BLK_WO].offset;
+    h->fc_in_w = base + b[GJ_BLK_FC_IN_W].offset, h->fc_in_b = base + b[GJ_BLK_FC_IN_B].offset;
+    h->fc_out_w = base + b[GJ_BLK_FC_OUT_W].offset, h->fc_out_b = base + b[GJ_BLK_FC_OUT_B].offset;
   }
-  const gj_tensor *f = &t[1 + 10 * c->n_layer];
-  p->lnf_w = base + f[0].offset, p->lnf_b = base + f[1].offset;
-  p->lm_w = base + f[2].offset, p->lm_b = base + f[3].offset;
-}
-
-/* Counter-based randomness: a value is a pure function of (key, index, draw). */
-static uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  const gj_tensor *f = gj_layout_tail(l, 0);
+  p->lnf_w = base + f[GJ_TAIL_LNF_W].offset, p->lnf_b = base + f[GJ_TAIL_LNF_B].offset;
+  p->lm_w = base + f[GJ_TAIL_LM_W].offset, p->lm_b = base + f[GJ_TAIL_LM_B].offset;
 }
 
 static uint64_t hash_name(const char *s) {
@@ -133,8 +129,9 @@ static uint64_t hash_name(const char *s) {
   return h;
 }
 
+/* Counter-based randomness (gj_mix64): a value is a pure function of (key, index, draw). */
 static double uniform01(uint64_t key, uint64_t idx, uint64_t draw) {
-  uint64_t r = mix64(key ^ mix64(idx * 4 + draw));
+  uint64_t r = gj_mix64(key ^ gj_mix64(idx * 4 + draw));
   return ((r >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
 }
 
@@ -160,7 +157,7 @@ void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_
     case GJ_INIT_PROJ: sigma = (2.0 / c->n_layer) / sqrt((double)c->n_embd); break;
     case GJ_INIT_EMBED: sigma = 1.0 / sqrt((double)c->vocab_size); break;
     }
-    uint64_t key = mix64(seed) ^ hash_name(t->name);
+    uint64_t key = gj_mix64(seed) ^ hash_name(t->name);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < t->lrows; r++)
       for (int64_t cc = 0; cc < t->lcols; cc++) {

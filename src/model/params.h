@@ -25,6 +25,33 @@ typedef struct {
   enum gj_init init;
 } gj_tensor;
 
+/* The order of the table, which gj_layout_find, gj_layout_ptrs, the gradients' readiness in
+ * backward (from the end of the block towards its start) and the checkpoints rely on:
+ *   index 0                                  transformer.wte.weight
+ *   1 + GJ_BLOCK_TENSORS * layer + k         transformer.h.<layer>.<k-th block tensor>
+ *   1 + GJ_BLOCK_TENSORS * n_layer + k       the k-th tail tensor
+ * with the tensors of a block and of the tail in the orders of the enums below. The offsets
+ * in a parameter block increase with the index. Index arithmetic goes through the accessors
+ * below and nowhere else. */
+enum gj_block_tensor {
+  GJ_BLK_LN1_W, GJ_BLK_LN1_B, GJ_BLK_WQ, GJ_BLK_WK, GJ_BLK_WV, GJ_BLK_WO,
+  GJ_BLK_FC_IN_W, GJ_BLK_FC_IN_B, GJ_BLK_FC_OUT_W, GJ_BLK_FC_OUT_B,
+  GJ_BLOCK_TENSORS
+};
+enum gj_tail_tensor { GJ_TAIL_LNF_W, GJ_TAIL_LNF_B, GJ_TAIL_LM_W, GJ_TAIL_LM_B, GJ_TAIL_TENSORS };
+#define GJ_LAYOUT_WTE 0 /* the embedding's index */
+
+/* Index of tensor k of block `layer`, of tail tensor k, and the number of tensors. */
+static inline int gj_layout_block_index(int64_t layer, int k) {
+  return 1 + GJ_BLOCK_TENSORS * (int)layer + k;
+}
+static inline int gj_layout_tail_index(int64_t n_layer, int k) {
+  return gj_layout_block_index(n_layer, 0) + k;
+}
+static inline int gj_layout_count(int64_t n_layer) {
+  return gj_layout_tail_index(n_layer, GJ_TAIL_TENSORS);
+}
+
 typedef struct {
   gj_tensor *t;
   int n;
@@ -51,6 +78,17 @@ typedef struct {
   float *lm_w;          /* [Vl, D] */
   float *lm_b;          /* [Vl] */
 } gj_ptrs;
+
+/* The table's entries by role (l built for n_layer layers: l->n = gj_layout_count(n_layer)). */
+static inline int gj_layout_n_layer(const gj_layout *l) {
+  return (l->n - gj_layout_count(0)) / GJ_BLOCK_TENSORS;
+}
+static inline const gj_tensor *gj_layout_block(const gj_layout *l, int64_t layer, int k) {
+  return &l->t[gj_layout_block_index(layer, k)];
+}
+static inline const gj_tensor *gj_layout_tail(const gj_layout *l, int k) {
+  return &l->t[gj_layout_tail_index(gj_layout_n_layer(l), k)];
+}
 
 /* Build the table for a config at TP (tp_size, tp_rank). Checks that TP divides n_head,
  * n_inner and vocab_size. */
