@@ -5,7 +5,9 @@
  *   depend on DP x TP.
  * - The training path (vocabulary head in blocks, fused with its backward) equals the
  *   whole-logits forward + backward, in loss and every gradient, at TP 1 and TP = ranks.
- * - The training step (src/train/step.c) gives the same losses over TP, DP and ZeRO-1. */
+ * - The training step (src/train/step.c) gives the same losses over TP, DP and ZeRO-1.
+ * - The collectives of src/parallel/ (broadcast, reductions, agreement, node size, ordered
+ *   gather, vocab all-gather, TP argmax) against what they must compute. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -79,8 +81,7 @@ static double token_nll(gj_model *m, gj_grid *g, const int32_t *x, int64_t b, in
   ck_assert_int_eq(gj_model_forward(m, x + b, tg, 1, t - b, 0.0f, &ls, &nv), 0);
   int64_t V = m->c.vocab_size;
   float *full = malloc(V * sizeof(float));
-  MPI_Allgather(m->a.logits + (t - b - 1) * m->Vl, (int)m->Vl, MPI_FLOAT, full, (int)m->Vl,
-                MPI_FLOAT, g->tp);
+  ck_assert_int_eq(gj_tp_allgather_vocab(g, full, m->a.logits + (t - b - 1) * m->Vl, m->Vl), 0);
   double mx = -INFINITY, s = 0;
   for (int64_t j = 0; j < V; j++) mx = full[j] > mx ? full[j] : mx;
   for (int64_t j = 0; j < V; j++) s += exp(full[j] - mx);
@@ -280,6 +281,202 @@ START_TEST(test_plan_sizes) {
 }
 END_TEST
 
+/* --- the primitives of src/parallel/ (comm.c, grid.c). Checks are made after the last
+ * collective of a test, so that a failure on one rank cannot leave the others waiting. */
+
+/* More than GJ_CHUNK bytes (two whole pieces and a partial one) from the last rank. */
+START_TEST(test_bcast_large) {
+  const size_t n = 2 * GJ_CHUNK + 12345;
+  const int root = world_size - 1;
+  unsigned char *b = malloc(n);
+  ck_assert_ptr_nonnull(b);
+  for (size_t i = 0; i < n; i++) b[i] = world_rank == root ? (unsigned char)(i * 7 + i / 4099) : 0;
+  int rc = gj_bcast(gj_comm_world(), b, n, root);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 7 + i / 4099);
+  free(b);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
+/* Sums in 64-bit integers (exact beyond 2^53), maxima, the barrier, one value or not. */
+START_TEST(test_reductions) {
+  gj_comm w = gj_comm_world();
+  uint64_t u[3] = {((uint64_t)1 << 58) + (uint64_t)world_rank, 1, (uint64_t)world_rank << 40};
+  int mi[2] = {-world_rank, world_rank * 3};
+  double mf[2] = {-0.5 * world_rank, 1.0 / (world_rank + 1)}, sf[2] = {0.25, (double)world_rank};
+  int rc[6], same_all, same_rank;
+  rc[0] = gj_allreduce_sum_u64(w, u, 3);
+  rc[1] = gj_allreduce_max_int(w, mi, 2);
+  rc[2] = gj_allreduce_max_f64(w, mf, 2);
+  rc[3] = gj_allreduce_sum_f64(w, sf, 2);
+  rc[4] = gj_same_int(w, 42, &same_all) || gj_same_int(w, world_rank, &same_rank);
+  rc[5] = gj_barrier(w);
+  uint64_t S = (uint64_t)world_size, R = S * (S - 1) / 2; /* sum of the ranks */
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(rc[i], 0);
+  ck_assert(u[0] == ((uint64_t)world_size << 58) + R);
+  ck_assert(u[1] == S);
+  ck_assert(u[2] == R << 40);
+  ck_assert_int_eq(mi[0], 0);
+  ck_assert_int_eq(mi[1], 3 * (world_size - 1));
+  ck_assert(mf[0] == 0 && mf[1] == 1.0);
+  ck_assert(sf[0] == 0.25 * world_size && sf[1] == (double)R);
+  ck_assert_int_eq(same_all, 1);
+  ck_assert_int_eq(same_rank, world_size == 1);
+  ck_assert_int_eq(gj_comm_rank(w), world_rank);
+  ck_assert_int_eq(gj_comm_size(w), world_size);
+}
+END_TEST
+
+/* Ranks on this node, against the ranks that share this host name. */
+START_TEST(test_node_size) {
+  int n = 0, rc = gj_comm_node_size(gj_comm_world(), &n);
+  char host[MPI_MAX_PROCESSOR_NAME] = "", *all = calloc(world_size, sizeof host);
+  int len;
+  MPI_Get_processor_name(host, &len);
+  MPI_Allgather(host, sizeof host, MPI_CHAR, all, sizeof host, MPI_CHAR, MPI_COMM_WORLD);
+  int same = 0;
+  for (int r = 0; r < world_size; r++) same += !strcmp(all + r * sizeof host, host);
+  free(all);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(n, same);
+}
+END_TEST
+
+static int agree_twice(int rc) {
+  GJ_AGREE(gj_comm_world(), rc);
+  return 7;
+}
+
+/* The lowest failing rank's code and message reach every rank (itself included), named by its
+ * rank once however often it is agreed; all well: 0 everywhere. */
+START_TEST(test_agree) {
+  gj_comm w = gj_comm_world();
+  const int bad = world_size - 1;
+  gj_log_set_rank(world_rank);
+  int ok = gj_agree(w, 0), ok2 = agree_twice(0);
+  int rc = world_rank >= bad ? GJ_FAIL("boom on %d", world_rank) : 0;
+  if (rc) rc = -3;
+  int got = gj_agree(w, rc), got2 = agree_twice(rc);
+  char msg[GJ_ERRMSG_MAX], want[64];
+  snprintf(msg, sizeof msg, "%s", gj_errmsg());
+  gj_log_set_rank(0);
+  ck_assert_int_eq(ok, 0);
+  ck_assert_int_eq(ok2, 7);
+  ck_assert_int_eq(got, -3);
+  ck_assert_int_eq(got2, -3);
+  if (bad == 0) snprintf(want, sizeof want, "boom on %d", bad);
+  else snprintf(want, sizeof want, "[rank %d] boom on %d", bad, bad);
+  ck_assert_str_eq(msg, want);
+  ck_assert_int_eq(gj_mpi_fail(MPI_ERR_COUNT, "MPI_Send(x)"), -1);
+  ck_assert_msg(!strncmp(gj_errmsg(), "MPI error in MPI_Send(x): ", 26), "%s", gj_errmsg());
+}
+END_TEST
+
+/* Uneven lengths in rank order, rank 1 with none; elements of 3 bytes; more than GJ_CHUNK
+ * bytes from every rank; and the copy on a communicator of one rank. */
+START_TEST(test_gather_ordered) {
+  gj_comm w = gj_comm_world();
+  const int rounds = 2;
+  int rcs[2 * rounds + 1], bad = 0;
+  for (int k = 0; k < rounds; k++) {
+    size_t esize = k ? 2 : 3;
+    uint64_t n = k ? GJ_CHUNK / 2 + 1000 + world_rank : world_rank == 1 ? 0 : (uint64_t)(5 * world_rank + 2);
+    unsigned char *mine = malloc(n * esize + 1);
+    for (uint64_t i = 0; i < n * esize; i++) mine[i] = (unsigned char)(world_rank * 31 + i);
+    void *out;
+    uint64_t total;
+    rcs[2 * k] = gj_gather_ordered(w, &out, &total, mine, n, esize);
+    rcs[2 * k + 1] = 0;
+    if (world_rank == 0) {
+      uint64_t want = 0;
+      unsigned char *p = out;
+      for (int r = 0; r < world_size; r++) {
+        uint64_t nr = k ? GJ_CHUNK / 2 + 1000 + r : r == 1 ? 0 : (uint64_t)(5 * r + 2);
+        for (uint64_t i = 0; i < nr * esize && p; i++) bad += p[want * esize + i] != (unsigned char)(r * 31 + i);
+        want += nr;
+      }
+      rcs[2 * k + 1] = !out || total != want;
+    } else {
+      rcs[2 * k + 1] = out != NULL || total != 0;
+    }
+    free(out), free(mine);
+  }
+  gj_grid g; /* TP 1: its TP group is this rank alone */
+  ck_assert_int_eq(gj_grid_init(&g, 1), 0);
+  int32_t one[3] = {4, -5, 6};
+  void *out;
+  uint64_t total;
+  rcs[2 * rounds] = gj_gather_ordered(g.tp, &out, &total, one, 3, sizeof one[0]);
+  ck_assert_ptr_nonnull(out);
+  ck_assert(total == 3 && !memcmp(out, one, sizeof one));
+  free(out);
+  rcs[2 * rounds] |= gj_gather_ordered(g.tp, &out, &total, NULL, 0, 8);
+  ck_assert_ptr_nonnull(out);
+  ck_assert(total == 0);
+  free(out);
+  gj_grid_free(&g);
+  for (int i = 0; i < 2 * rounds + 1; i++) ck_assert_int_eq(rcs[i], 0);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The vocab all-gather equals the column gather onto tp rank 0 and the known row, at TP = the
+ * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. */
+START_TEST(test_allgather_vocab) {
+  int tps[3] = {world_size, world_size % 2 == 0 && world_size > 2 ? 2 : 0, 1};
+  for (int ti = 0; ti < 3; ti++) {
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    const int64_t Vl = 37, V = Vl * g.tp_size;
+    float *local = malloc(Vl * sizeof(float)), *full = malloc(V * sizeof(float)), *ref = malloc(V * sizeof(float));
+    for (int64_t j = 0; j < Vl; j++) local[j] = 0.5f * (float)(g.tp_rank * Vl + j) + 1000.0f * g.dp_rank;
+    int rc = gj_tp_allgather_vocab(&g, full, local, Vl);
+    int rc2 = gj_tp_gather_cols(&g, ref, local, 1, V);
+    int bad = 0;
+    for (int64_t j = 0; j < V; j++) {
+      bad += full[j] != 0.5f * (float)j + 1000.0f * g.dp_rank;
+      if (g.tp_rank == 0) bad += full[j] != ref[j];
+    }
+    free(local), free(full), free(ref);
+    gj_grid_free(&g);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_int_eq(bad, 0);
+  }
+}
+END_TEST
+
+/* The largest value wins; equal largest values: the smallest index, whichever rank holds it. */
+START_TEST(test_tp_argmax) {
+  int tps[2] = {world_size, world_size % 2 == 0 && world_size > 2 ? 2 : 0};
+  for (int ti = 0; ti < 2; ti++) {
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    /* a tie over the group; the smallest index is on its last rank */
+    float v = 1.0f + g.dp_rank;
+    int64_t idx = 100 + 10 * (g.tp_size - 1 - g.tp_rank) + g.dp_rank;
+    int rc = gj_tp_argmax(&g, &v, &idx);
+    /* tp rank 0 holds the smallest index but not the largest value */
+    float v2 = g.tp_rank == 0 ? 0.5f : 2.0f;
+    int64_t idx2 = g.tp_rank == 0 ? 5 : 50 + g.tp_rank;
+    int rc2 = gj_tp_argmax(&g, &v2, &idx2);
+    gj_grid_free(&g);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert(v == 1.0f + g.dp_rank);
+    ck_assert_int_eq(idx, 100 + g.dp_rank);
+    if (g.tp_size > 1) {
+      ck_assert(v2 == 2.0f);
+      ck_assert_int_eq(idx2, 51);
+    }
+  }
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -292,6 +489,13 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_plan_sizes);
   tcase_add_test(tc, test_blocked_head);
   tcase_add_test(tc, test_train_step_layouts);
+  tcase_add_test(tc, test_bcast_large);
+  tcase_add_test(tc, test_reductions);
+  tcase_add_test(tc, test_node_size);
+  tcase_add_test(tc, test_agree);
+  tcase_add_test(tc, test_gather_ordered);
+  tcase_add_test(tc, test_allgather_vocab);
+  tcase_add_test(tc, test_tp_argmax);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

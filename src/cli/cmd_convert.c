@@ -163,9 +163,9 @@ static int from_hf(const char *dir, const char *out) {
   gj_config c;
   GJ_TRY(read_hf_config(dir, &c));
   gj_layout l;
-  GJ_TRY(gj_layout_build(&l, &c, 1, 0));
-  hf_files h;
-  int rc = hf_open(&h, dir);
+  hf_files h = {0};
+  int rc = gj_layout_build(&l, &c, 1, 0);
+  if (!rc) rc = hf_open(&h, dir);
   size_t mx = 0;
   for (int i = 0; i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
   if (!rc) rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time"); /* float32 + file buffer */
@@ -263,8 +263,8 @@ static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, co
   return gj_outfile_plan(outs, 2, &in, 1);
 }
 
-static const char **sort_names;
-static int by_name(const void *a, const void *b) { return strcmp(sort_names[*(const int *)a], sort_names[*(const int *)b]); }
+static const gj_tensor *sort_t;
+static int by_name(const void *a, const void *b) { return strcmp(sort_t[*(const int *)a].name, sort_t[*(const int *)b].name); }
 
 static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_st_dtype dt;
@@ -278,27 +278,23 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_config c;
   GJ_TRY(gj_ckpt_read_config(ckpt, &c));
   GJ_TRY(to_hf_plan(ckpt, dir, st_path, cfg_path));
+  /* from here on, one way out: everything below is freed at the end */
   gj_layout l;
-  GJ_TRY(gj_layout_build(&l, &c, 1, 0));
-  const char **names = malloc(l.n * sizeof(char *));
-  int *nd = malloc(l.n * sizeof(int));
-  int64_t (*shapes)[2] = malloc(l.n * sizeof *shapes);
-  size_t mx = 0;
-  for (int i = 0; i < l.n; i++) {
-    names[i] = l.t[i].name, nd[i] = l.t[i].ndim, shapes[i][0] = l.t[i].rows, shapes[i][1] = l.t[i].cols;
-    mx = GJ_MAX(mx, l.t[i].numel);
-  }
+  int rc = gj_layout_build(&l, &c, 1, 0);
   /* safetensors lists tensors by name; write the data in that (sorted) order */
-  int *order = malloc(l.n * sizeof(int));
-  for (int i = 0; i < l.n; i++) order[i] = i;
-  sort_names = names;
-  qsort(order, l.n, sizeof(int), by_name);
-  const char **sn = malloc(l.n * sizeof(char *));
-  int *snd = malloc(l.n * sizeof(int));
-  int64_t (*ssh)[2] = malloc(l.n * sizeof *ssh);
-  for (int i = 0; i < l.n; i++)
-    sn[i] = names[order[i]], snd[i] = nd[order[i]], ssh[i][0] = shapes[order[i]][0], ssh[i][1] = shapes[order[i]][1];
-  int rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time");
+  int n = rc ? 0 : l.n, *order = malloc(n * sizeof(int) + 1), *snd = malloc(n * sizeof(int) + 1);
+  const char **sn = malloc(n * sizeof(char *) + 1);
+  int64_t (*ssh)[2] = malloc(n * sizeof *ssh + 1);
+  if (!rc && (!order || !snd || !sn || !ssh)) rc = GJ_FAIL("out of memory for %d tensor names", n);
+  size_t mx = 0;
+  for (int i = 0; !rc && i < n; i++) order[i] = i, mx = GJ_MAX(mx, l.t[i].numel);
+  sort_t = l.t;
+  if (!rc) qsort(order, n, sizeof(int), by_name);
+  for (int i = 0; !rc && i < n; i++) {
+    const gj_tensor *t = &l.t[order[i]];
+    sn[i] = t->name, snd[i] = t->ndim, ssh[i][0] = t->rows, ssh[i][1] = t->cols;
+  }
+  if (!rc) rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time");
   float *buf = rc ? NULL : malloc(mx * sizeof(float));
   if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
   hid_t f = -1;
@@ -315,8 +311,8 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   }
   gj_st_writer w;
   int begun = 0;
-  if (!rc) rc = gj_st_write_begin(&w, st_path, dt, l.n, sn, snd, (const int64_t(*)[2])ssh), begun = !rc;
-  for (int i = 0; i < l.n && !rc; i++) {
+  if (!rc) rc = gj_st_write_begin(&w, st_path, dt, n, sn, snd, (const int64_t(*)[2])ssh), begun = !rc;
+  for (int i = 0; i < n && !rc; i++) {
     const gj_tensor *t = &l.t[order[i]];
     rc = gj_ckpt_read_tensor(ckpt, f, t, buf);
     if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
@@ -331,7 +327,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_outfile_abort(&cfg);
   if (buf && f >= 0) H5Fclose(f);
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
-  free(names), free(nd), free(shapes), free(order), free(sn), free(snd), free(ssh), free(buf);
+  free(order), free(sn), free(snd), free(ssh), free(buf);
   gj_layout_free(&l);
   return rc;
 }
@@ -351,14 +347,10 @@ int gj_cmd_convert(int argc, char **argv) {
                    "one tensor at a time. A converted checkpoint holds weights only: training from it\n"
                    "(--resume FILE) starts the optimizer afresh.",
                    opts, NULL, NULL, NULL, 0};
-  int np;
-  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
-  if (rc) return rc > 0 ? 0 : rc;
-  if (!from == !to) return GJ_FAIL("give one of --from-hf or --to-hf");
-  if (from) {
-    if (!out) return GJ_FAIL("--out: required with --from-hf");
-    return from_hf(from, out);
-  }
-  if (!ckpt) return GJ_FAIL("--checkpoint: required with --to-hf");
-  return to_hf(ckpt, to, dtype);
+  int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc > 0) rc = 0; /* --help */
+  else if (!rc && !from == !to) rc = GJ_FAIL("give one of --from-hf or --to-hf");
+  else if (!rc && from) rc = out ? from_hf(from, out) : GJ_FAIL("--out: required with --from-hf");
+  else if (!rc) rc = ckpt ? to_hf(ckpt, to, dtype) : GJ_FAIL("--checkpoint: required with --to-hf");
+  return rc;
 }

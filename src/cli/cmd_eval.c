@@ -2,7 +2,6 @@
  * gptj info (metadata of a checkpoint or a token dataset). */
 #include <errno.h>
 #include <math.h>
-#include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,31 +20,33 @@
 #include "model/gptj.h"
 #include "parallel/grid.h"
 
-/* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. */
+/* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. The caller
+ * frees st, m and g (zeroed before), whatever this returns. */
 static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
                       const char *gemm, const char *prec, double mem_gb, const char *hint) {
+  gj_comm w = gj_comm_world();
   int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
   gj_config c;
   if (!rc) rc = gj_grid_init(g, (int)tp);
   if (!rc) gj_log_set_rank(g->rank);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
-  GJ_TRY(gj_cli_gemm_setup(gemm, prec, MPI_COMM_WORLD));
+  GJ_AGREE(w, rc);
+  GJ_TRY(gj_cli_gemm_setup(gemm, prec, w));
   if (!rc) rc = gj_ckpt_read_config(ckpt, &c);
   if (!rc && *T == 0) *T = c.n_positions;
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  GJ_AGREE(w, rc);
   /* refuse, before allocating, a model that does not fit (what gj_model_create allocates) */
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads()));
   char detail[256];
   snprintf(detail, sizeof detail, "weights and their buffers %.2f, activations %.2f, bf16 weight copies %.2f",
            (ms.params + ms.grads + ms.moments) / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
-  GJ_TRY(gj_mem_check(MPI_COMM_WORLD, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
+  GJ_TRY(gj_mem_check(w, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
                       hint, mem_gb, NULL));
   rc = gj_state_create(st, &c, g, 0);
   if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  GJ_AGREE(w, rc);
   gj_ckpt_meta meta;
   return gj_ckpt_load(ckpt, st, g, &meta, 0);
 }
@@ -72,33 +73,43 @@ int gj_cmd_eval(int argc, char **argv) {
                    "Prints the mean negative log-likelihood per token (nats), the perplexity\n"
                    "exp(NLL) and bits per byte = total NLL / ln 2 / the dataset's source bytes.",
                    opts, NULL, NULL, NULL, 0};
-  int np;
-  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
-  if (rc) return rc > 0 ? 0 : rc;
-  if (!data) return GJ_FAIL("--data: required");
-  gj_grid g;
-  gj_state st;
-  gj_model m;
-  GJ_TRY(load_model(&st, &m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
-                    "use more ranks with --tp, or a smaller --seq-len or --micro-batch"));
+  gj_grid g = {0};
+  gj_state st = {0};
+  gj_model m = {0};
+  gj_dataset ds = {0};
+  int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) {
+    rc = rc > 0 ? 0 : rc;
+    goto done;
+  }
+  if (!data) {
+    rc = GJ_FAIL("--data: required");
+    goto done;
+  }
+  rc = load_model(&st, &m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
+                  "use more ranks with --tp, or a smaller --seq-len or --micro-batch");
+  if (rc) goto done;
   if (S == 0) S = T;
-  if (S > T) return GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
-  gj_dataset ds;
+  if (S > T) {
+    rc = GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
+    goto done;
+  }
   rc = gj_dataset_read(&ds, data, m.c.vocab_size);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
+  if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   double t0 = gj_now(), nll;
   int64_t cnt;
-  GJ_TRY(gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt));
+  if ((rc = gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt))) goto done;
   double bpb = nll / log(2.0) / (double)ds.n_bytes;
   gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt, data, (long long)cnt,
           (long long)T, (long long)S);
   gj_info("nll %.6f | perplexity %.4f | bits per byte %.6f | %.1f s", nll / cnt, exp(nll / cnt),
           max_windows ? NAN : bpb, gj_now() - t0);
+done:
   gj_dataset_free(&ds);
   gj_model_free(&m);
   gj_state_free(&st);
   gj_grid_free(&g);
-  return 0;
+  return rc;
 }
 
 typedef struct { float v; int32_t i; } cand;
@@ -136,6 +147,94 @@ static int32_t sample(const float *logits, int64_t V, double temp, int64_t topk,
   return work[k - 1].i;
 }
 
+/* --prompt-ids: ids separated by spaces or commas, each in [0, 2^31). */
+static int parse_ids(const char *s, gj_ids *ids) {
+  char *p = (char *)s, *end;
+  int rc = 0;
+  while (!rc && *p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || (*end && *end != ' ' && *end != ','))
+      rc = GJ_FAIL("--prompt-ids: '%s' is not a list of integers", s);
+    else if (errno == ERANGE || v < 0 || v > INT32_MAX) /* never truncated to 32 bits */
+      rc = GJ_FAIL("--prompt-ids: id %.*s outside the vocabulary", (int)GJ_MIN(end - p, 40), p);
+    else rc = gj_ids_push(ids, (int32_t)v), p = end;
+  }
+  return rc;
+}
+
+/* The prompt's ids, from its text or its ids; the tokenizer (*tok) too unless only ids are
+ * read and printed. */
+static int read_prompt(const char *prompt, const char *prompt_ids, int print_ids, const char *dir,
+                       gj_tokenizer **tok, gj_ids *ids) {
+  int rc = 0;
+  if (prompt || !print_ids) rc = gj_tokenizer_load(tok, dir);
+  if (!rc && prompt) rc = gj_tokenizer_encode(*tok, prompt, strlen(prompt), ids);
+  if (!rc && prompt_ids) rc = parse_ids(prompt_ids, ids);
+  if (!rc && ids->n == 0) rc = GJ_FAIL("%s: empty prompt", prompt ? "--prompt" : "--prompt-ids");
+  return rc;
+}
+
+/* The prompt's ids are the model's and, with the new ones, fit the context of T (+1: the last
+ * token is sampled, never fed); *max_new is cut to what fits. */
+static int fit_prompt(const gj_ids *ids, int64_t V, int64_t T, int64_t *max_new) {
+  for (size_t i = 0; i < ids->n; i++)
+    if (ids->v[i] < 0 || ids->v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids->v[i], (long long)V);
+  if ((int64_t)ids->n + *max_new > T + 1) {
+    *max_new = T + 1 - (int64_t)ids->n;
+    if (*max_new >= 1)
+      gj_info("note: the context of %lld tokens holds the prompt's %zu and %lld new ones (not --max-new-tokens)",
+              (long long)T, ids->n, (long long)*max_new);
+  }
+  if (*max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids->n, (long long)T);
+  return 0;
+}
+
+typedef struct {
+  double temp, topp;
+  int64_t topk;
+  uint64_t rng; /* the same seed on every rank: the same tokens */
+} sampler;
+
+/* Appends up to max_new sampled tokens to ids, the prompt fed first through the KV cache;
+ * stops after <|endoftext|> when stop_at_eot. Ids >= Vreal (the padding of the vocabulary)
+ * are never sampled. full: [V], work: [V]. */
+static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, int stop_at_eot, sampler *sm,
+                  float *full, cand *work) {
+  int64_t V = m->c.vocab_size, pos = 0, n = (int64_t)ids->n;
+  int rc = 0;
+  for (int64_t s = 0; s < max_new && !rc; s++) {
+    rc = gj_model_forward_cached(m, ids->v + pos, n, pos);
+    if (!rc) rc = gj_tp_allgather_vocab(m->g, full, m->a.logits, m->Vl);
+    if (rc) break;
+    pos += n, n = 1;
+    for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
+    int32_t next = sample(full, V, sm->temp, sm->topk, sm->topp, &sm->rng, work);
+    rc = gj_ids_push(ids, next);
+    if (next == GJ_EOT_ID && stop_at_eot) break;
+  }
+  return rc;
+}
+
+/* Rank 0's output: every id, or the prompt and the text of the new ids. */
+static int print_generated(const gj_ids *ids, size_t n_prompt, int print_ids, const char *prompt,
+                           gj_tokenizer *tok) {
+  int rc = 0;
+  if (print_ids) {
+    for (size_t i = 0; i < ids->n; i++) printf(i ? " %d" : "%d", ids->v[i]);
+    printf("\n");
+  } else {
+    gj_bytes out = {0};
+    rc = gj_tokenizer_decode(tok, ids->v + n_prompt, ids->n - n_prompt, &out);
+    if (!rc) printf("%s%s\n", prompt ? prompt : "", out.v);
+    free(out.v);
+  }
+  fflush(stdout);
+  return rc;
+}
+
 int gj_cmd_generate(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
   const char *gemm = "auto", *prec = "fp32";
@@ -162,75 +261,35 @@ int gj_cmd_generate(int argc, char **argv) {
                    "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
                    "temperature, top-k and top-p. Stops at <|endoftext|> or --max-new-tokens.",
                    opts, NULL, NULL, NULL, 0};
-  int np;
-  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
-  if (rc) return rc > 0 ? 0 : rc;
-  if (!prompt == !prompt_ids) return GJ_FAIL("give one of --prompt or --prompt-ids");
   gj_tokenizer *tok = NULL;
   gj_ids ids = {0};
-  if (prompt || !print_ids) rc = gj_tokenizer_load(&tok, dir);
-  if (!rc && prompt) rc = gj_tokenizer_encode(tok, prompt, strlen(prompt), &ids);
-  if (!rc && prompt_ids) {
-    char *p = (char *)prompt_ids, *end;
-    while (!rc && *p) {
-      while (*p == ' ' || *p == ',') p++;
-      if (!*p) break;
-      errno = 0;
-      long long v = strtoll(p, &end, 10);
-      if (end == p || (*end && *end != ' ' && *end != ','))
-        rc = GJ_FAIL("--prompt-ids: '%s' is not a list of integers", prompt_ids);
-      else if (errno == ERANGE || v < 0 || v > INT32_MAX) /* never truncated to 32 bits */
-        rc = GJ_FAIL("--prompt-ids: id %.*s outside the vocabulary", (int)GJ_MIN(end - p, 40), p);
-      else rc = gj_ids_push(&ids, (int32_t)v), p = end;
-    }
-  }
-  if (!rc && ids.n == 0) rc = GJ_FAIL("%s: empty prompt", prompt ? "--prompt" : "--prompt-ids");
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
-  gj_grid g;
-  gj_state st;
-  gj_model m;
+  gj_grid g = {0};
+  gj_state st = {0};
+  gj_model m = {0};
+  float *full = NULL;
+  cand *work = NULL;
   int64_t T = 0;
-  GJ_TRY(load_model(&st, &m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
-                    "use more ranks with --tp (generate holds the KV cache of the whole context)"));
+  int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) {
+    rc = rc > 0 ? 0 : rc;
+    goto done;
+  }
+  rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
+                              : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
+  if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
+  rc = load_model(&st, &m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
+                  "use more ranks with --tp (generate holds the KV cache of the whole context)");
+  if (rc || (rc = fit_prompt(&ids, m.c.vocab_size, T, &max_new))) goto done;
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
-  for (size_t i = 0; i < ids.n; i++)
-    if (ids.v[i] < 0 || ids.v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids.v[i], (long long)V);
-  if ((int64_t)ids.n + max_new > T + 1) {
-    max_new = T + 1 - (int64_t)ids.n;
-    if (max_new >= 1)
-      gj_info("note: the context of %lld tokens holds the prompt's %zu and %lld new ones (not --max-new-tokens)",
-              (long long)T, ids.n, (long long)max_new);
-  }
-  if (max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids.n, (long long)T);
-  float *full = malloc(V * sizeof(float));
-  cand *work = malloc(V * sizeof(cand));
+  full = malloc(V * sizeof(float));
+  work = malloc(V * sizeof(cand));
   rc = full && work ? 0 : GJ_FAIL("out of memory for the logits of %lld tokens", (long long)V);
-  if ((rc = gj_agree(MPI_COMM_WORLD, rc))) return rc;
-  uint64_t rng = (uint64_t)seed;
-  int64_t pos = 0, n = (int64_t)ids.n;
+  if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
+  sampler sm = {temp, topp, topk, (uint64_t)seed};
   size_t n_prompt = ids.n;
-  for (int64_t s = 0; s < max_new && !rc; s++) {
-    rc = gj_model_forward_cached(&m, ids.v + pos, n, pos);
-    if (rc) break;
-    pos += n, n = 1;
-    MPI_Allgather(m.a.logits, (int)m.Vl, MPI_FLOAT, full, (int)m.Vl, MPI_FLOAT, g.tp);
-    for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
-    int32_t next = sample(full, V, temp, topk, topp, &rng, work);
-    rc = gj_ids_push(&ids, next);
-    if (next == GJ_EOT_ID && tok) break;
-  }
-  if (!rc && g.rank == 0) {
-    if (print_ids) {
-      for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.v[i]);
-      printf("\n");
-    } else {
-      gj_bytes out = {0};
-      rc = gj_tokenizer_decode(tok, ids.v + n_prompt, ids.n - n_prompt, &out);
-      if (!rc) printf("%s%s\n", prompt ? prompt : "", out.v);
-      free(out.v);
-    }
-    fflush(stdout);
-  }
+  rc = extend(&m, &ids, max_new, Vreal, tok != NULL, &sm, full, work);
+  if (!rc && g.rank == 0) rc = print_generated(&ids, n_prompt, print_ids, prompt, tok);
+done:
   free(full), free(work), free(ids.v);
   gj_tokenizer_free(tok);
   gj_model_free(&m);

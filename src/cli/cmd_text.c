@@ -38,13 +38,15 @@ int gj_cmd_encode(int argc, char **argv) {
                    "Reads UTF-8 text (any bytes) on stdin and prints its GPT-2 token ids, "
                    "space-separated, on one line.\n<|endoftext|> in the text is ordinary text.",
                    opts, NULL, NULL, NULL, 0};
-  int np;
-  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
-  if (rc) return rc > 0 ? 0 : rc;
-  gj_tokenizer *t;
-  GJ_TRY(gj_tokenizer_load(&t, dir));
+  gj_tokenizer *t = NULL;
   gj_bytes in = {0};
   gj_ids ids = {0};
+  int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) {
+    rc = rc > 0 ? 0 : rc;
+    goto done;
+  }
+  if ((rc = gj_tokenizer_load(&t, dir))) goto done;
   rc = read_stream(stdin, "stdin", &in);
   double t0 = gj_now();
   if (!rc) rc = gj_tokenizer_encode(t, in.v, in.n, &ids);
@@ -57,6 +59,7 @@ int gj_cmd_encode(int argc, char **argv) {
     printf("\n");
     if (fflush(stdout) || ferror(stdout)) rc = GJ_FAIL("stdout: write error: %s", strerror(errno));
   }
+done:
   free(in.v), free(ids.v);
   gj_tokenizer_free(t);
   return rc;
@@ -69,13 +72,15 @@ int gj_cmd_decode(int argc, char **argv) {
   gj_cmdline cl = {"gptj decode [--vocab-dir DIR] < ids",
                    "Reads whitespace-separated GPT-2 token ids on stdin and writes their bytes "
                    "to stdout.", opts, NULL, NULL, NULL, 0};
-  int np;
-  int rc = gj_args_parse(&cl, argc, argv, NULL, &np);
-  if (rc) return rc > 0 ? 0 : rc;
-  gj_tokenizer *t;
-  GJ_TRY(gj_tokenizer_load(&t, dir));
+  gj_tokenizer *t = NULL;
   gj_bytes in = {0}, out = {0};
   gj_ids ids = {0};
+  int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  if (rc) {
+    rc = rc > 0 ? 0 : rc;
+    goto done;
+  }
+  if ((rc = gj_tokenizer_load(&t, dir))) goto done;
   rc = read_stream(stdin, "stdin", &in);
   /* ids are parsed as a string: a NUL would end it and drop the rest silently */
   if (!rc && memchr(in.v, 0, in.n))
@@ -100,6 +105,7 @@ int gj_cmd_decode(int argc, char **argv) {
   if (!rc) rc = gj_tokenizer_decode(t, ids.v, ids.n, &out);
   if (!rc && (fwrite(out.v, 1, out.n, stdout) != out.n || fflush(stdout) || ferror(stdout)))
     rc = GJ_FAIL("stdout: write error: %s", strerror(errno));
+done:
   free(in.v), free(out.v), free(ids.v);
   gj_tokenizer_free(t);
   return rc;

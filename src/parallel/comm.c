@@ -122,3 +122,56 @@ int gj_same_int(gj_comm comm, int v, int *same) {
   *same = -mm[0] == mm[1];
   return 0;
 }
+
+/* MPI's return code as ours: 0, or MPI's message recorded. */
+static int mpi_ok(int code, const char *what) { return code == MPI_SUCCESS ? 0 : gj_mpi_fail(code, what); }
+
+/* Rank 0 takes every rank's piece in turn: peak memory is the result, and no rank but 0 holds
+ * more than its own share (a Gatherv would need int counts and displacements). */
+int gj_gather_ordered(gj_comm c, void **out, uint64_t *total, const void *mine, uint64_t n,
+                      size_t esize) {
+  enum { TAG = 8 };
+  int rank = gj_comm_rank(c), size = gj_comm_size(c), rc = 0;
+  uint64_t *counts = NULL, sum = 0;
+  size_t bytes = 0;
+  *out = NULL, *total = 0;
+  if (size == 1) {
+    if (gj_mul_size(&bytes, n, esize) || !(*out = malloc(bytes ? bytes : 1)))
+      return GJ_FAIL("out of memory gathering %llu elements of %zu bytes", (unsigned long long)n, esize);
+    if (bytes) memcpy(*out, mine, bytes);
+    *total = n;
+    return 0;
+  }
+  if (rank == 0 && !(counts = malloc((size_t)size * sizeof *counts))) rc = GJ_FAIL("out of memory");
+  rc = gj_agree(c, rc);
+  if (!rc) rc = mpi_ok(MPI_Gather(&n, 1, MPI_UINT64_T, counts, 1, MPI_UINT64_T, 0, c), "MPI_Gather(counts)");
+  for (int r = 0; !rc && rank == 0 && r < size; r++) {
+    if (sum + counts[r] < sum) rc = GJ_FAIL("internal: gathered counts overflow 64 bits");
+    sum += counts[r];
+  }
+  if (!rc && rank == 0 && (gj_mul_size(&bytes, sum, esize) || !(*out = malloc(bytes ? bytes : 1))))
+    rc = GJ_FAIL("out of memory gathering %llu elements of %zu bytes onto rank 0", (unsigned long long)sum, esize);
+  rc = gj_agree(c, rc);
+  if (!rc && rank == 0) {
+    char *dst = *out;
+    if (n) memcpy(dst, mine, n * esize);
+    dst += n * esize;
+    for (int r = 1; r < size && !rc; r++) {
+      size_t b = counts[r] * esize;
+      for (size_t off = 0; off < b && !rc; off += GJ_CHUNK)
+        rc = mpi_ok(MPI_Recv(dst + off, (int)GJ_MIN(GJ_CHUNK, b - off), MPI_BYTE, r, TAG, c, MPI_STATUS_IGNORE),
+                    "MPI_Recv(ordered gather)");
+      dst += b;
+    }
+  } else if (!rc) {
+    size_t b = n * esize;
+    for (size_t off = 0; off < b && !rc; off += GJ_CHUNK)
+      rc = mpi_ok(MPI_Send((const char *)mine + off, (int)GJ_MIN(GJ_CHUNK, b - off), MPI_BYTE, 0, TAG, c),
+                  "MPI_Send(ordered gather)");
+  }
+  rc = gj_agree(c, rc);
+  free(counts);
+  if (rc) free(*out), *out = NULL;
+  else *total = sum;
+  return rc;
+}

@@ -61,4 +61,12 @@ int gj_agree(gj_comm comm, int rc);
 /* *same = 1 on every rank if every rank passed the same v. */
 int gj_same_int(gj_comm comm, int v, int *same);
 
+/* Ordered gather: every rank's n elements of esize bytes, concatenated in rank order onto
+ * rank 0 of c (an MPI_Gatherv with 64-bit counts). On rank 0 *out is a new buffer of *total
+ * elements (malloc'ed, at least one byte; the caller frees it); elsewhere *out = NULL and
+ * *total = 0. The data move in GJ_CHUNK-byte pieces; on one rank it is a copy. Collective;
+ * returns the same code on every rank (rank 0 out of memory included). */
+int gj_gather_ordered(gj_comm c, void **out, uint64_t *total, const void *mine, uint64_t n,
+                      size_t esize);
+
 #endif

@@ -98,3 +98,13 @@ int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, 
   free(tmp);
   return rc;
 }
+
+int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t Vl) {
+  if (Vl < 0 || Vl > INT_MAX) return GJ_FAIL("internal: vocabulary shard of %lld entries", (long long)Vl);
+  if (g->tp_size == 1) {
+    if (full != local) memcpy(full, local, (size_t)Vl * sizeof(float));
+    return 0;
+  }
+  GJ_MPI_TRY(MPI_Allgather(local, (int)Vl, MPI_FLOAT, full, (int)Vl, MPI_FLOAT, g->tp), "MPI_Allgather(vocab)");
+  return 0;
+}

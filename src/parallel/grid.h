@@ -45,4 +45,9 @@ static inline int gj_tp_reduce_from_region_backward(gj_grid *g, float *dx, size_
 /* The largest value over the TP group and its global index (the smallest index on a tie). */
 int gj_tp_argmax(gj_grid *g, float *v, int64_t *idx);
 
+/* One row of vocab-parallel logits made whole on every TP rank: tp rank r holds local, the
+ * columns [r Vl, (r+1) Vl) of the row; full: [V = Vl tp], the same on every TP rank (Megatron's
+ * gather_from_tensor_model_parallel_region). A copy when TP is 1. */
+int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t Vl);
+
 #endif
