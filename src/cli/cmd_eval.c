@@ -36,15 +36,15 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, i
   if (!rc && *T > c.n_positions)
     rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
   GJ_AGREE(w, rc);
-  /* refuse, before allocating, a model that does not fit (what gj_model_create allocates) */
+  /* refuse, before allocating, a model that does not fit (what the weights-only state and
+   * gj_model_create allocate: no gradients or optimizer moments) */
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads()));
   char detail[256];
-  snprintf(detail, sizeof detail, "weights and their buffers %.2f, activations %.2f, bf16 weight copies %.2f",
-           (ms.params + ms.grads + ms.moments) / 1e9, ms.acts / 1e9, ms.w16 / 1e9);
-  GJ_TRY(gj_mem_check(w, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16, detail,
-                      hint, mem_gb, NULL));
-  rc = gj_state_create(st, &c, g, 0);
+  snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
+           ms.acts / 1e9, ms.w16 / 1e9);
+  GJ_TRY(gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL));
+  rc = gj_state_create_weights(st, &c, g);
   if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
   GJ_AGREE(w, rc);
   gj_ckpt_meta meta;

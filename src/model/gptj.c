@@ -179,7 +179,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   m->G.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
   if (!m->P.h || !m->G.h) return gj_model_free(m), GJ_FAIL("out of memory");
   gj_layout_ptrs(m->lay, c, m->params, &m->P);
-  gj_layout_ptrs(m->lay, c, m->grads, &m->G);
+  if (m->grads) gj_layout_ptrs(m->lay, c, m->grads, &m->G); /* none: an inference network */
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   act_item fl[GJ_ACT_ITEMS];
@@ -382,6 +382,7 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
 int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                               int64_t T, float zloss, float scale, const gj_grad_hook *hook,
                               double *loss_sum, int64_t *n_valid) {
+  if (!m->grads) return GJ_FAIL("internal: backward on a network whose state has no gradients");
   GJ_TRY(forward_body(m, ids, targets, B, T));
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
@@ -455,6 +456,7 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
 }
 
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
+  if (!m->grads) return GJ_FAIL("internal: backward on a network whose state has no gradients");
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;

@@ -84,8 +84,9 @@ typedef struct {
   int w16_stale;
 } gj_model;
 
-/* The network over state st (made by gj_state_create for g's TP rank; it must outlive the
- * model): allocates and touches the activation arena. recompute = 1: activation
+/* The network over state st (made by gj_state_create for g's TP rank, or by
+ * gj_state_create_weights for a network that never runs backward; it must outlive the model):
+ * allocates and touches the activation arena. recompute = 1: activation
  * recomputation per layer (the KV-cache path needs recompute = 0). training = 1: the
  * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
  * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then

@@ -27,7 +27,8 @@ void *gj_arena_alloc(size_t bytes) {
   return p;
 }
 
-int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero) {
+/* training = 0: the parameter block only. */
+static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training) {
   memset(s, 0, sizeof *s);
   GJ_TRY(gj_config_validate(c));
   if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
@@ -38,15 +39,24 @@ int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero)
   gj_state_sizes(s->lay.numel, g->dp_size, s->zero, &np, &P);
   s->numel_pad = np;
   s->lo = s->zero ? P * g->dp_rank : 0;
-  s->n = P;
-  s->bytes = (2 * np + 2 * P) * sizeof(float);
+  s->n = training ? P : 0;
+  s->bytes = (training ? 2 * np + 2 * P : np) * sizeof(float);
   s->arena = gj_arena_alloc(s->bytes);
   if (!s->arena) {
     gj_layout_free(&s->lay);
     return GJ_FAIL("out of memory: parameter arena of %zu bytes", s->bytes);
   }
-  s->params = s->arena, s->grads = s->arena + np, s->m = s->arena + 2 * np, s->v = s->m + P;
+  s->params = s->arena;
+  if (training) s->grads = s->arena + np, s->m = s->arena + 2 * np, s->v = s->m + P;
   return 0;
+}
+
+int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero) {
+  return create(s, c, g, zero, 1);
+}
+
+int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g) {
+  return create(s, c, g, 0, 0);
 }
 
 void gj_state_free(gj_state *s) {
@@ -55,4 +65,6 @@ void gj_state_free(gj_state *s) {
   memset(s, 0, sizeof *s);
 }
 
-void gj_state_zero_grads(gj_state *s) { memset(s->grads, 0, s->numel_pad * sizeof(float)); }
+void gj_state_zero_grads(gj_state *s) {
+  if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float));
+}

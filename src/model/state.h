@@ -34,6 +34,8 @@ void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P);
 /* Build the table for (c, g's TP rank) and allocate and touch the arena; parameters, gradients
  * and moments are zero. zero = 1: ZeRO-1 (a no-op on one DP rank). */
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero);
+/* The parameters alone, for inference (eval, generate): grads, m and v are NULL, n = 0. */
+int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g);
 void gj_state_free(gj_state *s);
 void gj_state_zero_grads(gj_state *s);
 
