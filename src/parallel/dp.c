@@ -28,9 +28,9 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
   for (size_t b = hi; b > lo;) {
     size_t a = b - lo > s->bucket ? b - s->bucket : lo;
     if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM,
-                            s->g->dp, &s->req[s->nreq++]);
-    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Iallreduce(gradients)");
+    GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
+                              &s->req[s->nreq++]),
+               "MPI_Iallreduce(gradients)");
     s->bytes += (double)(b - a) * sizeof(float);
     b = a;
   }
@@ -75,8 +75,8 @@ int gj_dp_reduce_scatter(gj_dp_sync *s, size_t P) {
   for (size_t k = 0; k < P; k += C) {
     size_t c = GJ_MIN(C, P - k);
     for (int r = 0; r < dp; r++) memcpy(s->tmp + r * c, s->grads + r * P + k, c * sizeof(float));
-    int rc = MPI_Reduce_scatter_block(s->tmp, s->grads + me * P + k, (int)c, MPI_FLOAT, MPI_SUM, g->dp);
-    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Reduce_scatter_block(gradients)");
+    GJ_MPI_TRY(MPI_Reduce_scatter_block(s->tmp, s->grads + me * P + k, (int)c, MPI_FLOAT, MPI_SUM, g->dp),
+               "MPI_Reduce_scatter_block(gradients)");
   }
   s->wait_s = gj_now() - t0;
   s->bytes = (double)P * dp * sizeof(float);
@@ -90,8 +90,8 @@ int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
   size_t C = s->bucket / dp;
   for (size_t k = 0; k < P; k += C) {
     size_t c = GJ_MIN(C, P - k);
-    int rc = MPI_Allgather(buf + me * P + k, (int)c, MPI_FLOAT, s->tmp, (int)c, MPI_FLOAT, g->dp);
-    if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Allgather(parameters)");
+    GJ_MPI_TRY(MPI_Allgather(buf + me * P + k, (int)c, MPI_FLOAT, s->tmp, (int)c, MPI_FLOAT, g->dp),
+               "MPI_Allgather(parameters)");
     for (int r = 0; r < dp; r++)
       if (r != me) memcpy(buf + r * P + k, s->tmp + r * c, c * sizeof(float));
   }
