@@ -2,13 +2,15 @@
  * independent of the library's writer) convert to a checkpoint that reproduces the golden
  * logits and greedy ids; --to-hf then --from-hf round-trips bit-exactly; sharded input;
  * float16/bfloat16 inputs become the nearest float32 exactly; bfloat16 output rounds to
- * nearest even; inconsistent files are refused with one clear line. */
+ * nearest even; inconsistent files are refused with one clear line; eval and generate read a
+ * Hugging Face directory directly (--hf), at TP 1 and 2, as the converted checkpoint. */
 #include <check.h>
 #include <hdf5.h>
 #include <jansson.h>
 #include <sys/wait.h>
 
 #include "common.h"
+#include "io/dataset.h"
 #include "io/h5util.h"
 #include "io/safetensors.h"
 #include "model/params.h"
@@ -315,6 +317,64 @@ START_TEST(test_many_tensors) {
 }
 END_TEST
 
+/* eval and generate straight from a Hugging Face directory (--hf: F32 and BF16 safetensors),
+ * each rank reading its TP slices: the same numbers and ids as the converted checkpoint, at
+ * TP 1 and TP 2; a model over the memory limit refused before loading, naming the need. */
+static void out_line(const char *cmd, char *line, size_t n) {
+  char c2[3000];
+  snprintf(c2, sizeof c2, "%s 2>&1 | grep -E '^nll|^[0-9 ]+$' | tail -1", cmd);
+  FILE *p = popen(c2, "r");
+  ck_assert_ptr_nonnull(p);
+  line[0] = 0;
+  if (!fgets(line, (int)n, p)) line[0] = 0;
+  pclose(p);
+  char *bar = strstr(line, " | ") ? strstr(strstr(line, " | ") + 3, " | ") : NULL; /* drop the time */
+  if (bar && !strncmp(line, "nll", 3)) *bar = 0;
+}
+
+START_TEST(test_hf_direct) {
+  char hf[1300], ds[1300], mpi[600];
+  snprintf(hf, sizeof hf, "%s/hfd", OUT);
+  snprintf(ds, sizeof ds, "%s/hfd-data.h5", OUT);
+  snprintf(mpi, sizeof mpi, "%s --oversubscribe", tu_env("GJ_MPIRUN", "mpirun"));
+  make_hf(hf);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/hfd.h5 >/dev/null", B_, hf, OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfdb --checkpoint %s/hfd.h5 --dtype bfloat16 >/dev/null && "
+                      "%s/gptj convert --from-hf %s/hfdb --out %s/hfdb.h5 >/dev/null", B_, OUT, OUT, B_, OUT, OUT), 0);
+  uint16_t tok[600];
+  uint64_t off[2] = {0, 600};
+  for (int i = 0; i < 600; i++) tok[i] = (uint16_t)((i * 37 + i / 11) % cfg.vocab_size);
+  ck_assert_int_eq(gj_dataset_write(ds, tok, 600, off, 1, 600, "synthetic"), 0);
+  const char *kind[2] = {"", "b"};
+  for (int k = 0; k < 2; k++) {
+    char ref[2][512] = {"", ""};
+    for (int tp = 1; tp <= 2; tp++)
+      for (int src = 0; src < 2; src++) {
+        char cmd[2600], got[2][512];
+        const char *what = src ? "--hf" : "--checkpoint";
+        char from[1400];
+        snprintf(from, sizeof from, src ? "%s/hfd%s" : "%s/hfd%s.h5", OUT, kind[k]);
+        snprintf(cmd, sizeof cmd, "%s -np %d %s/gptj eval %s %s --data %s --seq-len 64 --tp %d", mpi, tp, B_,
+                 what, from, ds, tp);
+        out_line(cmd, got[0], sizeof got[0]);
+        snprintf(cmd, sizeof cmd, "%s -np %d %s/gptj generate %s %s --prompt-ids 5,9,3 --ids --temperature 0 "
+                 "--max-new-tokens 12 --tp %d", mpi, tp, B_, what, from, tp);
+        out_line(cmd, got[1], sizeof got[1]);
+        for (int j = 0; j < 2; j++) {
+          ck_assert_msg(strlen(got[j]) > 3, "%s: no output", cmd);
+          if (!ref[j][0]) snprintf(ref[j], sizeof ref[j], "%s", got[j]);
+          ck_assert_msg(!strcmp(got[j], ref[j]), "%s %s tp %d: '%s' vs '%s'", what, kind[k], tp, got[j], ref[j]);
+        }
+      }
+  }
+  /* refused before loading, naming what it needs */
+  char log[1400];
+  snprintf(log, sizeof log, "%s/hfd-mem.log", OUT);
+  ck_assert_int_eq(sh("%s/gptj eval --hf %s --data %s --mem-per-rank-gb 0.001 >%s 2>&1", B_, hf, ds, log), 1);
+  ck_assert_int_eq(sh("grep -q 'the model needs .* GB per rank (weights' %s", log), 0);
+}
+END_TEST
+
 int main(void) {
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
@@ -340,6 +400,7 @@ int main(void) {
   tcase_add_test(tc, test_half_inputs_exact);
   tcase_add_test(tc, test_bad_files);
   tcase_add_test(tc, test_many_tensors);
+  tcase_add_test(tc, test_hf_direct);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

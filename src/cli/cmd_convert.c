@@ -13,200 +13,36 @@
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/h5util.h"
+#include "io/hf.h"
 #include "io/outfile.h"
 #include "io/safetensors.h"
 #include "model/params.h"
 
-#define MAX_SHARDS 256
-
-/* How a JSON value that should have been an integer looks, for messages. */
-static void json_what(json_t *v, char *out, size_t n) {
-  if (json_is_real(v)) snprintf(out, n, "%.17g", json_real_value(v));
-  else if (json_is_string(v)) snprintf(out, n, "the string \"%.40s\"", json_string_value(v));
-  else if (json_is_boolean(v)) snprintf(out, n, "%s", json_is_true(v) ? "true" : "false");
-  else if (json_is_null(v)) snprintf(out, n, "null");
-  else if (!v) snprintf(out, n, "nothing (missing)");
-  else snprintf(out, n, "an %s", json_is_array(v) ? "array" : "object");
-}
-
-static int read_hf_config(const char *dir, gj_config *c) {
-  char p[GJ_PATH_BUF];
-  GJ_TRY(gj_path_join(p, sizeof p, dir, "config.json"));
-  GJ_TRY(gj_outfile_check_input(p, NULL, GJ_IN_SEEK)); /* regular: a FIFO would block the read */
-  json_error_t err;
-  /* a key given twice would leave it open which value is meant */
-  json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
-  if (!r) return GJ_FAIL("%s: %s", p, err.text);
-  if (!json_is_object(r)) return json_decref(r), GJ_FAIL("%s: not a JSON object", p);
-  struct { const char *k; int64_t *dst; int required; } ks[] = {
-      {"vocab_size", &c->vocab_size, 1}, {"n_positions", &c->n_positions, 1}, {"n_embd", &c->n_embd, 1},
-      {"n_layer", &c->n_layer, 1}, {"n_head", &c->n_head, 1}, {"rotary_dim", &c->rotary_dim, 0},
-      {"n_inner", &c->n_inner, 0}};
-  int rc = 0;
-  c->rotary_dim = c->n_inner = -1;
-  /* integers only (4096.0, 64.5, "64" and true are refused); their ranges are
-   * gj_config_validate's, as for every other source of a config */
-  for (size_t i = 0; i < sizeof ks / sizeof ks[0] && !rc; i++) {
-    json_t *v = json_object_get(r, ks[i].k);
-    char what[96];
-    if (json_is_integer(v)) {
-      *ks[i].dst = json_integer_value(v);
-      if (*ks[i].dst < 0) /* not to be taken for a missing value (-1 below) */
-        rc = GJ_FAIL("%s: '%s' = %lld is negative", p, ks[i].k, (long long)*ks[i].dst);
-    } else if (ks[i].required || (v && !json_is_null(v))) {
-      json_what(v, what, sizeof what);
-      rc = GJ_FAIL("%s: '%s' must be an integer, got %s", p, ks[i].k, what);
-    }
-  }
-  json_t *eps = json_object_get(r, "layer_norm_epsilon");
-  c->layer_norm_epsilon = 1e-5;
-  if (!rc && eps && !json_is_null(eps)) {
-    if (json_is_number(eps)) c->layer_norm_epsilon = json_number_value(eps);
-    else rc = GJ_FAIL("%s: 'layer_norm_epsilon' must be a number", p);
-  }
-  json_t *act = json_object_get(r, "activation_function");
-  if (!rc && act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu_new")))
-    rc = GJ_FAIL("%s: activation_function must be gelu_new", p);
-  json_t *tie = json_object_get(r, "tie_word_embeddings");
-  if (!rc && json_is_true(tie)) rc = GJ_FAIL("%s: tie_word_embeddings is true; GPT-J's lm_head is untied", p);
-  json_decref(r);
-  if (rc) return rc;
-  /* HF's None defaults, from values checked first (no division by zero, no overflow) */
-  gj_config given = *c;
-  if (given.n_inner < 0) given.n_inner = 1;
-  if (given.rotary_dim < 0) given.rotary_dim = 0;
-  if (gj_config_validate(&given)) return gj_err_prefix(p);
-  if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;              /* HF: None means 4 n_embd */
-  if (c->rotary_dim < 0) c->rotary_dim = c->n_embd / c->n_head; /* None: the whole head */
-  if (gj_config_validate(c)) return gj_err_prefix(p);
-  return 0;
-}
-
-/* name -> shard file, from model.safetensors.index.json, or the single model.safetensors */
-typedef struct {
-  char (*files)[GJ_PATH_BUF]; /* MAX_SHARDS */
-  gj_st_file *open;           /* MAX_SHARDS */
-  int nfiles;
-  json_t *map;
-  char index[GJ_PATH_BUF];    /* model.safetensors.index.json, "" if none */
-} hf_files;
-
-static int hf_open(hf_files *h, const char *dir) {
-  memset(h, 0, sizeof *h);
-  h->files = malloc(MAX_SHARDS * sizeof *h->files);
-  h->open = calloc(MAX_SHARDS, sizeof *h->open);
-  if (!h->files || !h->open) return GJ_FAIL("out of memory");
-  char p[GJ_PATH_BUF];
-  GJ_TRY(gj_path_join(p, sizeof p, dir, "model.safetensors.index.json"));
-  struct stat st;
-  if (!stat(p, &st)) {
-    GJ_TRY(gj_outfile_check_input(p, NULL, GJ_IN_SEEK)); /* regular: a FIFO would block the read */
-    snprintf(h->index, sizeof h->index, "%s", p);
-    json_error_t err;
-    json_t *r = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
-    if (!r) return GJ_FAIL("%s: %s", p, err.text);
-    json_t *wm = json_object_get(r, "weight_map");
-    if (!json_is_object(wm)) return json_decref(r), GJ_FAIL("%s: no weight_map object", p);
-    h->map = json_incref(wm);
-    json_decref(r);
-    const char *k;
-    json_t *v;
-    /* O(entries x shards), the shards at most MAX_SHARDS */
-    json_object_foreach(h->map, k, v) {
-      if (!json_is_string(v) || strchr(json_string_value(v), '/'))
-        return GJ_FAIL("%s: weight_map['%s'] is not a file name", p, k);
-      int found = 0;
-      char f[GJ_PATH_BUF];
-      GJ_TRY(gj_path_join(f, sizeof f, dir, json_string_value(v)));
-      for (int i = 0; i < h->nfiles; i++) found |= !strcmp(h->files[i], f);
-      if (!found) {
-        if (h->nfiles == MAX_SHARDS) return GJ_FAIL("%s: more than %d shards", p, MAX_SHARDS);
-        memcpy(h->files[h->nfiles++], f, sizeof f);
-      }
-    }
-  } else {
-    GJ_TRY(gj_path_join(h->files[0], sizeof h->files[0], dir, "model.safetensors"));
-    h->nfiles = 1;
-  }
-  for (int i = 0; i < h->nfiles; i++) {
-    GJ_TRY(gj_outfile_check_input(h->files[i], NULL, GJ_IN_SEEK));
-    GJ_TRY(gj_st_open(&h->open[i], h->files[i]));
-  }
-  return 0;
-}
-
-static void hf_close(hf_files *h) {
-  for (int i = 0; h->open && i < h->nfiles; i++) gj_st_close(&h->open[i]);
-  json_decref(h->map);
-  free(h->files), free(h->open);
-}
-
 /* --out must not replace any file it is converted from */
-static int from_hf_plan(const hf_files *h, const char *dir, const char *out) {
-  gj_file_ref ins[MAX_SHARDS + 2], o = {"--out", out};
-  char cfg[GJ_PATH_BUF];
-  GJ_TRY(gj_path_join(cfg, sizeof cfg, dir, "config.json"));
-  int n = 0;
-  ins[n++] = (gj_file_ref){"input", cfg};
-  if (*h->index) ins[n++] = (gj_file_ref){"input", h->index};
-  for (int i = 0; i < h->nfiles; i++) ins[n++] = (gj_file_ref){"input", h->files[i]};
-  return gj_outfile_plan(&o, 1, ins, n);
-}
-
-static int hf_find(hf_files *h, const char *name, gj_st_file **f, const gj_st_tensor **t) {
-  for (int i = 0; i < h->nfiles; i++)
-    if ((*t = gj_st_find(&h->open[i], name))) return *f = &h->open[i], 0;
-  return GJ_FAIL("%s: tensor '%s' not found", h->nfiles == 1 ? h->files[0] : "the safetensors shards", name);
+static int from_hf_plan(const gj_hf *h, const char *out) {
+  gj_file_ref ins[GJ_HF_MAX_SHARDS + 2], o = {"--out", out};
+  return gj_outfile_plan(&o, 1, ins, gj_hf_inputs(h, ins, GJ_HF_MAX_SHARDS + 2));
 }
 
 static int from_hf(const char *dir, const char *out) {
   gj_config c;
-  GJ_TRY(read_hf_config(dir, &c));
+  gj_hf h;
+  GJ_TRY(gj_hf_open(&h, dir, &c));
   gj_layout l;
-  hf_files h = {0};
   int rc = gj_layout_build(&l, &c, 1, 0);
-  if (!rc) rc = hf_open(&h, dir);
   size_t mx = 0;
-  for (int i = 0; i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
+  for (int i = 0; !rc && i < l.n; i++) mx = GJ_MAX(mx, l.t[i].numel);
   if (!rc) rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time"); /* float32 + file buffer */
   float *buf = rc ? NULL : malloc(mx * sizeof(float));
   if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
-  /* every tensor of the files must be one we know (HF's attention mask buffers excepted),
-   * in one shard only; gj_layout_find is O(1), so this is linear in the tensors */
-  int *seen = rc ? NULL : calloc((size_t)l.n, sizeof(int));
-  if (!rc && !seen) rc = GJ_FAIL("out of memory");
-  for (int i = 0; !rc && i < h.nfiles; i++)
-    for (int j = 0; !rc && j < h.open[i].n; j++) {
-      const char *nm = h.open[i].t[j].name;
-      size_t n = strlen(nm);
-      int buffer = (n > 9 && !strcmp(nm + n - 9, "attn.bias")) || (n > 16 && !strcmp(nm + n - 16, "attn.masked_bias"));
-      const gj_tensor *lt = buffer ? NULL : gj_layout_find(&l, nm);
-      if (!buffer && !lt)
-        rc = GJ_FAIL("%s: tensor '%s' is not part of a GPT-J of this config", h.files[i], nm);
-      else if (lt && seen[lt - l.t])
-        rc = GJ_FAIL("%s: tensor '%s' is also in %s", h.files[i], nm, h.files[seen[lt - l.t] - 1]);
-      else if (lt)
-        seen[lt - l.t] = i + 1;
-    }
+  if (!rc) rc = gj_hf_check(&h, &l);
   gj_ckpt_writer w;
   int begun = 0;
-  if (!rc) rc = from_hf_plan(&h, dir, out);
+  if (!rc) rc = from_hf_plan(&h, out);
   if (!rc) rc = gj_ckpt_writer_begin(&w, out, &c), begun = !rc;
   for (int i = 0; i < l.n && !rc; i++) {
     const gj_tensor *t = &l.t[i];
-    gj_st_file *f = NULL;
-    const gj_st_tensor *st = NULL;
-    rc = hf_find(&h, t->name, &f, &st);
-    if (rc) break;
-    int ok = st->ndim == t->ndim && st->shape[0] == t->rows && (t->ndim == 1 || st->shape[1] == t->cols);
-    if (!ok) {
-      char want[64];
-      if (t->ndim == 2) snprintf(want, sizeof want, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
-      else snprintf(want, sizeof want, "[%lld]", (long long)t->rows);
-      rc = GJ_FAIL("%s: tensor '%s' has the wrong shape for config.json (expected %s)", f->path, t->name, want);
-      break;
-    }
-    rc = gj_st_read_f32(f, st, buf);
+    rc = gj_hf_read(&h, t, buf);
     if (!rc) rc = gj_ckpt_writer_tensor(&w, t->name, buf, t->ndim, t->rows, t->cols);
   }
   if (begun) {
@@ -215,8 +51,7 @@ static int from_hf(const char *dir, const char *out) {
   }
   if (!rc) gj_info("converted %s -> %s (%lld parameters, %d tensors)", dir, out, (long long)l.n_global, l.n);
   free(buf);
-  free(seen);
-  hf_close(&h);
+  gj_hf_close(&h);
   gj_layout_free(&l);
   return rc;
 }

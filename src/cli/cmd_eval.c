@@ -15,48 +15,74 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/h5util.h"
+#include "io/hf.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
 #include "model/gptj.h"
 #include "parallel/grid.h"
 
-/* Grid, config from the checkpoint, model with capacity [B, T], weights loaded. The caller
- * frees st, m and g (zeroed before), whatever this returns. */
-static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, int64_t tp, int64_t B, int64_t *T,
-                      const char *gemm, const char *prec, double mem_gb, const char *hint) {
+#define GJ_HF_HELP "a Hugging Face GPT-J directory (config.json + safetensors, single or sharded, F32/F16/BF16), read directly: each rank reads its TP slices (instead of --checkpoint)"
+
+/* This rank's slices of every tensor of a Hugging Face directory into st's parameters. */
+static int read_hf_weights(gj_hf *h, gj_state *st) {
+  GJ_TRY(gj_hf_check(h, &st->lay));
+  for (int i = 0; i < st->lay.n; i++) {
+    const gj_tensor *t = &st->lay.t[i];
+    float *p = st->params + t->offset;
+    GJ_TRY(gj_hf_read(h, t, p));
+    for (size_t k = 0; k < t->numel; k++)
+      if (!isfinite(p[k])) return GJ_FAIL("%s: tensor '%s' has a non-finite value", h->dir, t->name);
+    if (gj_stop_signal()) return GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), h->dir);
+  }
+  return 0;
+}
+
+/* Grid, config from the checkpoint (or Hugging Face directory hf), model with capacity [B, T],
+ * weights loaded (each rank reads its own TP slices). The caller frees st, m and g (zeroed
+ * before), whatever this returns. */
+static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, const char *hf, int64_t tp,
+                      int64_t B, int64_t *T, const char *gemm, const char *prec, double mem_gb, const char *hint) {
   gj_comm w = gj_comm_world();
-  int rc = ckpt ? 0 : GJ_FAIL("--checkpoint: required");
+  int rc = !ckpt == !hf ? GJ_FAIL("give one of --checkpoint or --hf") : 0;
   gj_config c;
+  gj_hf h = {0};
   if (!rc) rc = gj_grid_init(g, (int)tp);
   if (!rc) gj_log_set_rank(g->rank);
   GJ_AGREE(w, rc);
   GJ_TRY(gj_cli_gemm_setup(gemm, prec, w));
-  if (!rc) rc = gj_ckpt_read_config(ckpt, &c);
+  rc = ckpt ? gj_ckpt_read_config(ckpt, &c) : gj_hf_open(&h, hf, &c);
   if (!rc && *T == 0) *T = c.n_positions;
   if (!rc && *T > c.n_positions)
-    rc = GJ_FAIL("--seq-len %lld exceeds the checkpoint's n_positions %lld", (long long)*T, (long long)c.n_positions);
-  GJ_AGREE(w, rc);
+    rc = GJ_FAIL("--seq-len %lld exceeds the %s's n_positions %lld", (long long)*T, ckpt ? "checkpoint" : "model",
+                 (long long)c.n_positions);
   /* refuse, before allocating, a model that does not fit (what the weights-only state and
    * gj_model_create allocate: no gradients or optimizer moments) */
   gj_mem_sizes ms;
-  GJ_TRY(gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads()));
+  if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads());
+  if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
   char detail[256];
   snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
            ms.acts / 1e9, ms.w16 / 1e9);
-  GJ_TRY(gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL));
-  rc = gj_state_create_weights(st, &c, g);
-  if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
-  GJ_AGREE(w, rc);
+  rc = gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL);
+  if (!rc) {
+    rc = gj_state_create_weights(st, &c, g);
+    if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
+    rc = gj_agree(w, rc);
+  }
+  if (!rc && hf) rc = gj_agree(w, read_hf_weights(&h, st));
+  gj_hf_close(&h);
+  if (rc || hf) return rc;
   gj_ckpt_meta meta;
   return gj_ckpt_load(ckpt, st, g, &meta, 0);
 }
 
 int gj_cmd_eval(int argc, char **argv) {
-  const char *ckpt = NULL, *data = NULL, *gemm = "auto", *prec = "fp32";
+  const char *ckpt = NULL, *hf = NULL, *data = NULL, *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, T = 0, S = 0, B = 4, max_windows = 0;
   double mem_gb = 0;
   gj_opt opts[] = {
-      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate, required", 1, 0},
+      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate (or --hf)", 1, 0},
+      {"hf", GJ_OPT_STR, &hf, GJ_HF_HELP, 1, 0},
       {"data", GJ_OPT_STR, &data, "token dataset, required", 1, 0},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size (windows are spread over DP = ranks / TP)", 1, 4096},
       {"seq-len", GJ_OPT_I64, &T, "window length T (0: n_positions)", 0, 1 << 20},
@@ -67,9 +93,10 @@ int gj_cmd_eval(int argc, char **argv) {
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {NULL}};
-  gj_cmdline cl = {"gptj eval --checkpoint FILE --data FILE.h5 [options]",
-                   "Perplexity of a checkpoint on a token dataset. Every token after the first is\n"
-                   "scored once; with --stride S < T each window re-reads T-S tokens of context.\n"
+  gj_cmdline cl = {"gptj eval --checkpoint FILE | --hf DIR --data FILE.h5 [options]",
+                   "Perplexity of a checkpoint (or a Hugging Face model) on a token dataset. Every\n"
+                   "token after the first is scored once; with --stride S < T each window re-reads\n"
+                   "T-S tokens of context.\n"
                    "Prints the mean negative log-likelihood per token (nats), the perplexity\n"
                    "exp(NLL) and bits per byte = total NLL / ln 2 / the dataset's source bytes.",
                    opts, NULL, NULL, NULL, 0};
@@ -86,7 +113,7 @@ int gj_cmd_eval(int argc, char **argv) {
     rc = GJ_FAIL("--data: required");
     goto done;
   }
-  rc = load_model(&st, &m, &g, ckpt, tp, B, &T, gemm, prec, mem_gb,
+  rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, gemm, prec, mem_gb,
                   "use more ranks with --tp, or a smaller --seq-len or --micro-batch");
   if (rc) goto done;
   if (S == 0) S = T;
@@ -100,7 +127,7 @@ int gj_cmd_eval(int argc, char **argv) {
   int64_t cnt;
   if ((rc = gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt))) goto done;
   double bpb = nll / log(2.0) / (double)ds.n_bytes;
-  gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt, data, (long long)cnt,
+  gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt ? ckpt : hf, data, (long long)cnt,
           (long long)T, (long long)S);
   gj_info("nll %.6f | perplexity %.4f | bits per byte %.6f | %.1f s", nll / cnt, exp(nll / cnt),
           max_windows ? NAN : bpb, gj_now() - t0);
@@ -236,13 +263,14 @@ static int print_generated(const gj_ids *ids, size_t n_prompt, int print_ids, co
 }
 
 int gj_cmd_generate(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
+  const char *ckpt = NULL, *hf = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
   const char *gemm = "auto", *prec = "fp32";
   int64_t tp = 1, max_new = 64, topk = 0, seed = 1234;
   double temp = 0.8, topp = 0.95, mem_gb = 0;
   int print_ids = 0;
   gj_opt opts[] = {
-      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint, required", 1, 0},
+      {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint (or --hf)", 1, 0},
+      {"hf", GJ_OPT_STR, &hf, GJ_HF_HELP, 1, 0},
       {"prompt", GJ_OPT_STR, &prompt, "prompt text", 1, 0},
       {"prompt-ids", GJ_OPT_STR, &prompt_ids, "prompt as space-separated token ids (instead of --prompt)", 1, 0},
       {"max-new-tokens", GJ_OPT_I64, &max_new, "tokens to generate at most", 1, 1 << 20},
@@ -257,7 +285,7 @@ int gj_cmd_generate(int argc, char **argv) {
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {NULL}};
-  gj_cmdline cl = {"gptj generate --checkpoint FILE --prompt TEXT [options]",
+  gj_cmdline cl = {"gptj generate --checkpoint FILE | --hf DIR --prompt TEXT [options]",
                    "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
                    "temperature, top-k and top-p. Stops at <|endoftext|> or --max-new-tokens.",
                    opts, NULL, NULL, NULL, 0};
@@ -277,7 +305,7 @@ int gj_cmd_generate(int argc, char **argv) {
   rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
                               : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
-  rc = load_model(&st, &m, &g, ckpt, tp, 1, &T, gemm, prec, mem_gb,
+  rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, gemm, prec, mem_gb,
                   "use more ranks with --tp (generate holds the KV cache of the whole context)");
   if (rc || (rc = fit_prompt(&ids, m.c.vocab_size, T, &max_new))) goto done;
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;

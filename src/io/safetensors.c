@@ -174,14 +174,15 @@ const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name) {
   return bsearch(&key, s->t, s->n, sizeof *s->t, by_name);
 }
 
-int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
-  uint64_t n = (t->end - t->begin) / dtype_size(t->dtype);
-  if (fseeko(s->f, (off_t)t->begin, SEEK_SET)) return GJ_FAIL("%s: seek failed", s->path);
+/* n elements of t from element e0 (row-major), converted to float32 into out. */
+static int read_elems(gj_st_file *s, const gj_st_tensor *t, uint64_t e0, uint64_t n, float *out) {
+  size_t es = dtype_size(t->dtype);
+  if (fseeko(s->f, (off_t)(t->begin + e0 * es), SEEK_SET)) return GJ_FAIL("%s: seek failed", s->path);
   if (t->dtype == GJ_ST_F32) {
     if (fread(out, 4, n, s->f) != n) return GJ_FAIL("%s: tensor '%s' truncated", s->path, t->name);
     return 0;
   }
-  /* 16-bit types: read in pieces into the tail of out, then widen from the front. */
+  /* 16-bit types: read in pieces, widen */
   uint16_t buf[65536];
   for (uint64_t i = 0; i < n;) {
     size_t k = (size_t)GJ_MIN((uint64_t)65536, n - i);
@@ -190,6 +191,24 @@ int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
       out[i + j] = t->dtype == GJ_ST_F16 ? gj_f16_to_f32(buf[j]) : gj_bf16_to_f32(buf[j]);
     i += k;
   }
+  return 0;
+}
+
+int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
+  return read_elems(s, t, 0, (t->end - t->begin) / dtype_size(t->dtype), out);
+}
+
+int gj_st_read_block_f32(gj_st_file *s, const gj_st_tensor *t, int64_t row0, int64_t nrows, int64_t col0,
+                         int64_t ncols, float *out) {
+  int64_t rows = t->ndim > 0 ? t->shape[0] : 1, cols = 1;
+  for (int d = 1; d < t->ndim; d++) cols *= t->shape[d];
+  if (row0 < 0 || nrows < 0 || col0 < 0 || ncols < 0 || row0 + nrows > rows || col0 + ncols > cols)
+    return GJ_FAIL("%s: tensor '%s': block [%lld:%lld, %lld:%lld] outside its [%lld, %lld]", s->path, t->name,
+                   (long long)row0, (long long)(row0 + nrows), (long long)col0, (long long)(col0 + ncols),
+                   (long long)rows, (long long)cols);
+  if (ncols == cols) return read_elems(s, t, (uint64_t)row0 * cols, (uint64_t)nrows * cols, out);
+  for (int64_t r = 0; r < nrows; r++) /* a column block: one read per row */
+    GJ_TRY(read_elems(s, t, (uint64_t)(row0 + r) * cols + col0, (uint64_t)ncols, out + r * ncols));
   return 0;
 }
 

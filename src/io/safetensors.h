@@ -40,6 +40,11 @@ void gj_st_close(gj_st_file *s);
 const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name);
 /* Read tensor t converted to float32 into out (numel floats). */
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out);
+/* Rows [row0, row0 + nrows) x columns [col0, col0 + ncols) of t seen as [shape[0], the rest]
+ * (a 1-D tensor: one column), converted to float32 into out [nrows, ncols]; only those bytes
+ * are read. */
+int gj_st_read_block_f32(gj_st_file *s, const gj_st_tensor *t, int64_t row0, int64_t nrows, int64_t col0,
+                         int64_t ncols, float *out);
 
 /* Writing: give the tensors (names, shapes, dtype) first, then their data in the same order,
  * then end. The data goes to a temporary file beside path (io/outfile.h) that end(ok) syncs

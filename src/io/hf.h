@@ -1,0 +1,40 @@
+/* A Hugging Face GPT-J directory (config.json, and model.safetensors or the shards named by
+ * model.safetensors.index.json; F32, F16 or BF16), read one tensor (or one rank's slice of
+ * one) at a time: gptj convert --from-hf, and eval and generate with --hf DIR. Everything is
+ * checked before any tensor is read: config.json's keys (integers only, GPT-J's activation,
+ * an untied lm_head) against the config bounds, every tensor of the files known to a GPT-J of
+ * that config and in one shard only (HF's attention-mask buffers aside), every tensor of the
+ * model present with its shape. */
+#ifndef GJ_IO_HF_H
+#define GJ_IO_HF_H
+
+#include "io/outfile.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/params.h"
+
+#define GJ_HF_MAX_SHARDS 256
+
+typedef struct {
+  char dir[GJ_PATH_BUF];
+  char config[GJ_PATH_BUF];   /* config.json */
+  char index[GJ_PATH_BUF];    /* model.safetensors.index.json, "" if none */
+  char (*files)[GJ_PATH_BUF]; /* [GJ_HF_MAX_SHARDS] */
+  gj_st_file *open;           /* [GJ_HF_MAX_SHARDS] */
+  int nfiles;
+} gj_hf;
+
+/* Read config.json into *c and open the safetensors files. On failure h is closed. */
+int gj_hf_open(gj_hf *h, const char *dir, gj_config *c);
+void gj_hf_close(gj_hf *h);
+/* The files tensors are read from (config.json, the index, the shards) as inputs of a command
+ * (for gj_outfile_plan): fills up to max entries, returns how many. */
+int gj_hf_inputs(const gj_hf *h, gj_file_ref *ins, int max);
+/* Every tensor of the files belongs to the table (built for the config, any TP rank) and is
+ * in one shard only; every tensor of the table is in the files with its global shape. */
+int gj_hf_check(gj_hf *h, const gj_layout *l);
+/* This rank's slice of tensor t (t->lrows x t->lcols from (t->row0, t->col0)) as float32 into
+ * out [t->numel]: only those bytes are read. */
+int gj_hf_read(gj_hf *h, const gj_tensor *t, float *out);
+
+#endif
