@@ -275,6 +275,28 @@ START_TEST(test_plan_sizes) {
       check_sizes("tiny", world_size, zero, rc, 2, 128);
     }
   check_sizes("gptj-125m", world_size, 1, 1, 1, 128);
+  /* the forward-only layouts of eval and generate: what they allocate, and less than keeping
+   * every layer */
+  gj_config t;
+  gj_config_preset(&t, "gptj-125m");
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
+  size_t acts[3];
+  for (int keep = 0; keep < 3; keep++) {
+    gj_mem_sizes s;
+    ck_assert_int_eq(gj_model_sizes(&s, &t, world_size, g.dp_size, 0, keep, 0, 1, 512, omp_get_max_threads()), 0);
+    gj_state st;
+    gj_model m;
+    ck_assert_int_eq(gj_state_create_weights(&st, &t, &g), 0);
+    ck_assert_int_eq(gj_model_create(&m, &st, &g, 1, 512, keep, 0), 0);
+    ck_assert_uint_eq(m.act_bytes, s.acts);
+    ck_assert_uint_eq(st.bytes, s.params);
+    acts[keep] = s.acts;
+    model_del(&st, &m);
+  }
+  ck_assert_uint_lt(acts[GJ_RECOMPUTE], acts[GJ_KEEP_ALL]);
+  ck_assert_uint_lt(acts[GJ_DECODE], acts[GJ_KEEP_ALL]);
+  gj_grid_free(&g);
   gj_config c;
   gj_config_preset(&c, "gptj-6b");
   ck_assert_int_eq(gj_config_n_params(&c), 6050882784LL);

@@ -38,10 +38,12 @@ static int read_hf_weights(gj_hf *h, gj_state *st) {
 }
 
 /* Grid, config from the checkpoint (or Hugging Face directory hf), model with capacity [B, T],
- * weights loaded (each rank reads its own TP slices). The caller frees st, m and g (zeroed
- * before), whatever this returns. */
+ * weights loaded (each rank reads its own TP slices); keep: what the network keeps of its
+ * activations (GJ_RECOMPUTE for eval's forward, GJ_DECODE for generate's KV cache). The
+ * caller frees st, m and g (zeroed before), whatever this returns. */
 static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, const char *hf, int64_t tp,
-                      int64_t B, int64_t *T, const char *gemm, const char *prec, double mem_gb, const char *hint) {
+                      int64_t B, int64_t *T, int keep, const char *gemm, const char *prec, double mem_gb,
+                      const char *hint) {
   gj_comm w = gj_comm_world();
   int rc = !ckpt == !hf ? GJ_FAIL("give one of --checkpoint or --hf") : 0;
   gj_config c;
@@ -58,7 +60,7 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   /* refuse, before allocating, a model that does not fit (what the weights-only state and
    * gj_model_create allocate: no gradients or optimizer moments) */
   gj_mem_sizes ms;
-  if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, 0, 0, B, *T, omp_get_max_threads());
+  if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, keep, 0, B, *T, omp_get_max_threads());
   if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
   char detail[256];
   snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
@@ -66,7 +68,7 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   rc = gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL);
   if (!rc) {
     rc = gj_state_create_weights(st, &c, g);
-    if (!rc) rc = gj_model_create(m, st, g, B, *T, 0, 0);
+    if (!rc) rc = gj_model_create(m, st, g, B, *T, keep, 0);
     rc = gj_agree(w, rc);
   }
   if (!rc && hf) rc = gj_agree(w, read_hf_weights(&h, st));
@@ -113,7 +115,7 @@ int gj_cmd_eval(int argc, char **argv) {
     rc = GJ_FAIL("--data: required");
     goto done;
   }
-  rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, gemm, prec, mem_gb,
+  rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, GJ_RECOMPUTE, gemm, prec, mem_gb,
                   "use more ranks with --tp, or a smaller --seq-len or --micro-batch");
   if (rc) goto done;
   if (S == 0) S = T;
@@ -305,7 +307,7 @@ int gj_cmd_generate(int argc, char **argv) {
   rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
                               : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
-  rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, gemm, prec, mem_gb,
+  rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, GJ_DECODE, gemm, prec, mem_gb,
                   "use more ranks with --tp (generate holds the KV cache of the whole context)");
   if (rc || (rc = fit_prompt(&ids, m.c.vocab_size, T, &max_new))) goto done;
   int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;

@@ -46,7 +46,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
   gj_acts *a = &m->a;
   const int64_t D = c->n_embd, Dl = m->Dl, NC = m->Bmax * m->Tmax, Tk = pos0 + n;
   /* the cache is the k, v slots of every layer: a model that keeps them per layer */
-  if (m->recompute || m->training)
+  if (m->recompute == GJ_RECOMPUTE || m->training)
     return GJ_FAIL("internal: the KV cache needs a model without recomputation, not a training model");
   gj_model_sync_w16(m);
   if (Tk > m->Tmax || n > NC)

@@ -72,28 +72,31 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   /* With recomputation only the residual stream is kept per layer; the rest of a layer's
    * activations live in one slot, recomputed during backward. */
   size_t Ls = recompute ? 1 : L;
+  /* decode (GJ_DECODE): forward through the KV cache only: k and v per layer, one slot of the
+   * rest, the residual stream in place, the logits of one row, no gradient buffers */
+  int dec = recompute == GJ_DECODE;
   size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
   size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)(c->vocab_size / tp);
   /* a training model keeps the logits of one block of rows of the vocabulary head only */
-  size_t Nlg = training ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
+  size_t Nlg = dec ? 1 : training ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
   /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
   /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv) */
   int lean = bf && training;
-  size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1;
-  size_t ND = smul(N, D), NDl = smul(N, Dl);
+  size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec ? L : Lq;
+  size_t ND = smul(N, D), NDl = smul(N, Dl), gD = dec ? 0 : ND, gDl = dec ? 0 : NDl;
   /* rotary tables for the positions a forward can reach: [Tmax, R/2] */
   size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
   act_item items[GJ_ACT_ITEMS] = {
-      {&a->resid, smul(L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
-      {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lq, NDl)}, {&a->v, smul(Lq, NDl)},
+      {&a->resid, smul(dec ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
+      {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
       {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Ls, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
-      {&a->y, ND}, {&a->dx, ND}, {&a->dh, ND}, {&a->dq, NDl},
-      {&a->dk, NDl}, {&a->dv, NDl}, {&a->datt, NDl}, {&a->dact, smul(N, Fl)},
+      {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
+      {&a->dk, gDl}, {&a->dv, gDl}, {&a->datt, gDl}, {&a->dact, smul(N, Fl)},
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
@@ -314,6 +317,8 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
                         int64_t T) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
+  if (m->recompute == GJ_DECODE)
+    return GJ_FAIL("internal: a decode network runs gj_model_forward_cached only");
   if (B > m->Bmax || T > m->Tmax)
     return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
                    (long long)T, (long long)m->Bmax, (long long)m->Tmax);
@@ -456,7 +461,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
 }
 
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
-  if (!m->grads) return GJ_FAIL("internal: backward on a network whose state has no gradients");
+  if (!m->grads || m->recompute == GJ_DECODE)
+    return GJ_FAIL("internal: backward on a network whose state has no gradients, or a decode network");
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;

@@ -44,6 +44,9 @@ typedef struct {
   gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward) */
 } gj_acts;
 
+/* What a network keeps of its activations (gj_model_create's recompute). */
+enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2 };
+
 /* Rows per block of the vocabulary head in training: the logits of one block are all that is
  * stored of them. */
 #define GJ_HEAD_ROWS 256
@@ -68,7 +71,7 @@ typedef struct {
   float *params, *grads;      /* st's blocks */
   double *prof;               /* NULL, or seconds accumulated per category [GJ_PROF_N] */
   int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
-  int recompute;              /* keep only the residual stream; recompute layers in backward */
+  int recompute;              /* GJ_KEEP_ALL, GJ_RECOMPUTE (only the residual stream per layer) or GJ_DECODE */
   int training;               /* the vocabulary head runs in blocks, fused with its backward */
   int head_done;              /* gj_model_forward_backward did the head's backward */
   gj_ptrs P, G;
@@ -86,8 +89,10 @@ typedef struct {
 
 /* The network over state st (made by gj_state_create for g's TP rank, or by
  * gj_state_create_weights for a network that never runs backward; it must outlive the model):
- * allocates and touches the activation arena. recompute = 1: activation
- * recomputation per layer (the KV-cache path needs recompute = 0). training = 1: the
+ * allocates and touches the activation arena. recompute = GJ_RECOMPUTE: activation
+ * recomputation per layer (also what a forward-only network needs); GJ_DECODE: the KV-cache
+ * path only (gj_model_forward_cached; k and v per layer, one slot of the rest, no gradient
+ * buffers); GJ_KEEP_ALL (0) keeps every layer's activations (the KV cache works too). training = 1: the
  * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
  * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then
  * returns the loss only); training = 0 keeps the whole logits (eval, generate, tests). */
