@@ -266,13 +266,13 @@ typedef struct {
   volatile uint64_t raw;
   uint64_t raw_before, docs, tokens, text, share, total;
   double t0, last;
-  int rank, size;
+  int rank, size, shown; /* shown: a progress line was printed */
 } work;
 
 static void progress(work *w, int final) {
   double now = gj_now();
-  if (w->rank != 0 || (!final && now - w->last < 3.0)) return;
-  w->last = now;
+  if (w->rank != 0 || (!final && now - w->last < 3.0) || (final && !w->shown)) return;
+  w->last = now, w->shown = 1;
   double el = now - w->t0, done = (double)(w->raw_before + w->raw), frac = w->share ? done / w->share : 1;
   if (frac > 1) frac = 1;
   double rate = el > 0 ? w->text / el : 0;
@@ -506,8 +506,8 @@ int gj_cmd_tokenize(int argc, char **argv) {
   if (!rc) rc = spool_flush(&wk.len);
   wk.raw_before += wk.raw, wk.raw = 0;
   double t_tok = gj_now() - wk.t0;
+  if (!rc) progress(&wk, 1); /* the last line, if there were others */
   if ((rc = gj_agree(w, rc))) goto done;
-  progress(&wk, 1);
   /* every part's counts on every rank; its first document in the global order */
   if ((rc = gj_allreduce_sum_u64(w, cnt, np * NC))) goto done;
   uint64_t ndocs = 0;

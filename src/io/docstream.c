@@ -127,6 +127,8 @@ typedef struct {
   uint64_t start0;        /* where the reading started */
 } lines;
 
+static uint64_t line_number(lines *l);
+
 static int next_line(lines *l, const char **line, size_t *len, uint64_t *start, int *got) {
   for (;;) {
     char *nl = l->p < l->n ? memchr(l->buf + l->p, '\n', l->n - l->p) : NULL;
@@ -145,7 +147,8 @@ static int next_line(lines *l, const char **line, size_t *len, uint64_t *start, 
     }
     if (l->n == l->cap) {
       if (l->cap >= l->max_cap)
-        return GJ_FAIL("%s: a line longer than %zu MB (raise --max-doc-mb)", l->s.path, l->max_cap >> 20);
+        return GJ_FAIL("%s:%llu: a line longer than %zu MB (raise --max-doc-mb)", l->s.path,
+                       (unsigned long long)line_number(l) + 1, l->max_cap >> 20);
       size_t nc = GJ_MIN(2 * l->cap, l->max_cap);
       char *b = realloc(l->buf, nc);
       if (!b) return GJ_FAIL("%s: out of memory for a line of %zu MB", l->s.path, nc >> 20);
