@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
@@ -283,6 +284,12 @@ static void progress(work *w, int final) {
           w->tokens / 1e6, frac > 0 ? el * (1 - frac) / frac : 0.0);
 }
 
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
 static int on_doc(void *ctx, const char *text, size_t n) {
   work *w = ctx;
   w->ids.n = 0;
@@ -495,6 +502,7 @@ int gj_cmd_tokenize(int argc, char **argv) {
   for (size_t q = 0; q < np; q++)
     if (parts[q].rank == rank) wk.share += parts[q].size;
   gj_docstream_opts dopt = {key, (size_t)max_doc_mb << 20};
+  double cpu0 = cpu_now();
   for (size_t q = 0; q < np && !rc; q++) {
     if (parts[q].rank != rank) continue;
     tok0[q] = wk.tok.written + wk.tok.n, len0[q] = wk.len.written + wk.len.n;
@@ -505,11 +513,14 @@ int gj_cmd_tokenize(int argc, char **argv) {
   if (!rc) rc = spool_flush(&wk.tok);
   if (!rc) rc = spool_flush(&wk.len);
   wk.raw_before += wk.raw, wk.raw = 0;
-  double t_tok = gj_now() - wk.t0;
+  double t_tok = gj_now() - wk.t0, cpu[2] = {cpu_now() - cpu0, 0};
+  cpu[1] = cpu[0];
   if (!rc) progress(&wk, 1); /* the last line, if there were others */
   if ((rc = gj_agree(w, rc))) goto done;
   /* every part's counts on every rank; its first document in the global order */
-  if ((rc = gj_allreduce_sum_u64(w, cnt, np * NC))) goto done;
+  if ((rc = gj_allreduce_sum_u64(w, cnt, np * NC)) || (rc = gj_allreduce_max_f64(w, cpu, 1)) ||
+      (rc = gj_allreduce_sum_f64(w, cpu + 1, 1)))
+    goto done;
   uint64_t ndocs = 0;
   for (size_t q = 0; q < np; q++) docbase[q] = ndocs, ndocs += cnt[q * NC + C_DOC];
   if (ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
@@ -562,8 +573,10 @@ int gj_cmd_tokenize(int argc, char **argv) {
             (unsigned long long)tot[s][C_DOC], (unsigned long long)tot[s][C_TOK], (unsigned long long)tot[s][C_BYTES],
             tot[s][C_TOK] ? (double)tot[s][C_BYTES] / tot[s][C_TOK] : 0.0);
   uint64_t all_text = tot[0][C_BYTES] + tot[1][C_BYTES];
-  gj_info("tokenize: %.1f MB of text in %zu parts on %d ranks: %.1f s tokenizing (%.1f MB/s), %.1f s writing", all_text / 1e6,
-          np, size, t_tok, t_tok > 0 ? all_text / 1e6 / t_tok : 0.0, t_write);
+  gj_info("tokenize: %.1f MB of text in %zu parts on %d ranks: %.2f s tokenizing (%.1f MB/s; CPU %.2f s on the busiest "
+          "rank, %.2f s in all: %.1f MB per CPU second), %.2f s writing",
+          all_text / 1e6, np, size, t_tok, t_tok > 0 ? all_text / 1e6 / t_tok : 0.0, cpu[0], cpu[1],
+          cpu[1] > 0 ? all_text / 1e6 / cpu[1] : 0.0, t_write);
   /* both files complete: rename them into place together */
   gj_signals_hold(1); /* both outputs new, or both old */
   for (int i = 0; i < nout && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
