@@ -42,7 +42,9 @@ static int kind_of(const char *path, const unsigned char *m, size_t n, int *kind
 
 int gj_docstream_kind(const char *path, int *kind) {
   *kind = PLAIN;
-  if (!strcmp(path, "-")) return 0;
+  struct stat st;
+  /* stdin, a FIFO, a device: read once, as a stream; the reader looks at the magic then */
+  if (!strcmp(path, "-") || (!stat(path, &st) && !S_ISREG(st.st_mode))) return 0;
   int fd = open(path, O_RDONLY);
   if (fd < 0) return GJ_FAIL("%s: %s", path, strerror(errno));
   unsigned char m[4];

@@ -23,7 +23,8 @@ typedef struct {
 typedef int (*gj_doc_fn)(void *ctx, const char *text, size_t n);
 
 /* Compression of path: 0 plain, 1 gzip, 2 zstd (-1 with the message on a read error, or a
- * .gz/.zst name whose content is not one). Reads its first bytes ("-": plain, unknown). */
+ * .gz/.zst name whose content is not one). Reads its first bytes (stdin "-", a FIFO or a
+ * device: 0, not read; gj_docstream_read tells from the stream). */
 int gj_docstream_kind(const char *path, int *kind);
 /* 1 if path names JSONL. */
 int gj_docstream_is_jsonl(const char *path);
