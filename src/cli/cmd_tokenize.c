@@ -488,6 +488,13 @@ int gj_cmd_tokenize(int argc, char **argv) {
   }
   if (rc) goto done;
   if ((rc = gj_agree(w, plan_parts(&files, (uint64_t)part_bytes, size, &parts, &np, &total)))) goto done;
+  int same = 1; /* every rank listed the same files of the same sizes, or the parts would not tile */
+  if ((rc = gj_same_int(w, (int)(np * 1000003u + total % 1000000007u), &same))) goto done;
+  if (!same) {
+    rc = gj_agree(w, GJ_FAIL("the ranks see different inputs (%zu files, %.1f MB here): put them on a file system "
+                             "every rank shares", files.n, total / 1e6));
+    goto done;
+  }
   cnt = calloc(np * NC + 1, sizeof *cnt), scnt = calloc(np * 2 * NC + 1, sizeof *scnt);
   tok0 = calloc(np + 1, sizeof *tok0), len0 = calloc(np + 1, sizeof *len0), docbase = calloc(np + 1, sizeof *docbase);
   sbase = calloc(np * 4 + 1, sizeof *sbase);
