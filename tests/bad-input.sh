@@ -21,6 +21,26 @@ head -c 3000 "$w/ok.h5" > "$w/trunc.h5"
 : > "$w/empty.txt"
 printf '{"text": "fine"}\nnot json\n' > "$w/bad.jsonl"
 printf '{"text": "fine"}\n{"title": "no text"}\n' > "$w/notext.jsonl"
+# tokenize's streaming readers: a corrupt and a truncated .zst (a frame of one raw block), a
+# corrupt .gz, a JSONL line without the key found by rank 1 in a byte range, an over-long
+# document, an empty directory
+printf '\x28\xb5\x2f\xfd\x04\x00garbage, not a zstd frame' > "$w/bad.jsonl.zst"
+/usr/bin/python3 - "$w" <<'PY'
+import sys, json
+w = sys.argv[1]
+body = b'{"text": "a document of a JSONL file, cut short by a truncated zstd frame"}\n' * 3
+n = len(body)
+frame = bytes([0x28, 0xb5, 0x2f, 0xfd, 0x20, n]) + ((n << 3) | 1).to_bytes(3, "little") + body
+open(w + "/cut.jsonl.zst", "wb").write(frame[: len(frame) - 40])
+with open(w + "/late.jsonl", "w") as f:
+    for i in range(3000):
+        f.write(json.dumps({"text": "document %d " % i * 10}) + "\n")
+    f.write(json.dumps({"title": "no text"}) + "\n")
+open(w + "/long.txt", "w").write("word " * 300000 + "\n")
+PY
+printf '\x1f\x8b\x08\x00garbage, not deflate data' > "$w/bad.txt.gz"
+mkdir -p "$w/nocorpus" && : > "$w/nocorpus/README"
+cp "$w/text.h5" "$w/text.h5.zst" && cp "$top/data/brown-valid.txt" "$w/ok.h5.txt"
 printf 'n_embd = 64\nn_hed = 4\n' > "$w/typo.conf"
 printf 'n_layer = -3\n' > "$w/neg.conf"
 printf 'n_embd = 64\nrotary_dim = 32\n' > "$w/rot.conf"
@@ -272,7 +292,15 @@ rows=(
 "0|bad.jsonl:2: not valid JSON|tokenize --out $w/x.h5 $w/bad.jsonl"
 "0|notext.jsonl:2: no \"text\" string field|tokenize --out $w/x.h5 $w/notext.jsonl"
 "2|bad.jsonl:2: not valid JSON|tokenize --out $w/x.h5 $w/bad.jsonl"
-"0|is a directory|tokenize --out $w/x.h5 $w"
+"0|nocorpus: no input files in the directory|tokenize --out $w/x.h5 $w/nocorpus"
+"0|bad.jsonl.zst: corrupt zstd data|tokenize --out $w/x.h5 $w/bad.jsonl.zst"
+"2|bad.jsonl.zst: corrupt zstd data|tokenize --out $w/x.h5 $w/ok.h5.txt $w/bad.jsonl.zst"
+"0|cut.jsonl.zst: truncated zstd data|tokenize --out $w/x.h5 $w/cut.jsonl.zst"
+"0|bad.txt.gz: corrupt gzip data|tokenize --out $w/x.h5 $w/bad.txt.gz"
+"0|text.h5.zst: not zstd data|tokenize --out $w/x.h5 $w/text.h5.zst"
+"0|notext.jsonl:1: no \"body\" string field|tokenize --text-key body --out $w/x.h5 $w/notext.jsonl"
+"2|late.jsonl:3001: no \"text\" string field|tokenize --part-bytes 20000 --out $w/x.h5 $w/late.jsonl"
+"0|long.txt:1: a line longer than 1 MB (raise --max-doc-mb)|tokenize --max-doc-mb 1 --out $w/x.h5 $w/long.txt"
 "0|encoder.json|encode --vocab-dir $w/vocab"
 "0|id 50300 is outside the vocabulary|decode"
 "0|missing.h5: No such file|info $w/missing.h5"

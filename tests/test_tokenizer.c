@@ -1,15 +1,22 @@
 /* GPT-2 BPE: every golden case gives exactly its ids and decodes back to its text; the
  * whitespace-divergence cases follow Unicode White_Space; any byte string round-trips; the
- * Brown splits have the token counts of ../shared/data/README.md. */
+ * Brown splits have the token counts of ../shared/data/README.md. gptj tokenize: the same
+ * bytes out over 1-4 ranks, byte-range parts and encodings (plain, gzip, zstd; text and
+ * JSONL), and a peak RSS under its stated bound on an input several times larger. */
 #include <check.h>
+#include <hdf5.h>
 #include <jansson.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "common.h"
 #include "io/tokenizer.h"
 #include "testutil.h"
 
 static gj_tokenizer *tok;
-static char srcdir[1024];
+static char srcdir[1024], B_[1024], S_[1024], MPI_[1024], OUT[1200], DATA[1300];
 
 static void check_jsonl(const char *name, const char *ids_key) {
   char path[1200];
@@ -133,8 +140,187 @@ START_TEST(test_bad_vocab_dir) {
 }
 END_TEST
 
+
+/* ---- gptj tokenize ---- */
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "%s", path);
+  fseek(f, 0, SEEK_END);
+  long k = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)k + 1);
+  ck_assert(fread(b, 1, (size_t)k, f) == (size_t)k);
+  fclose(f);
+  *n = (size_t)k;
+  return b;
+}
+
+static void spit(const char *path, const char *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "%s", path);
+  ck_assert(fwrite(b, 1, n, f) == n);
+  fclose(f);
+}
+
+static void spit_gz(const char *path, const char *b, size_t n) {
+  gzFile g = gzopen(path, "wb6");
+  ck_assert_ptr_nonnull(g);
+  ck_assert_int_eq(gzwrite(g, b, (unsigned)n), (int)n);
+  ck_assert_int_eq(gzclose(g), Z_OK);
+}
+
+/* times copies of b as one zstd stream (several frames: the reader must follow them) */
+static void spit_zst(const char *path, const char *b, size_t n, int times) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ZSTD_CCtx *c = ZSTD_createCCtx();
+  size_t cap = ZSTD_CStreamOutSize();
+  char *o = malloc(cap);
+  for (int t = 0; t < times; t++) {
+    ZSTD_inBuffer in = {b, n, 0};
+    ZSTD_EndDirective end = t % 50 == 49 || t == times - 1 ? ZSTD_e_end : ZSTD_e_continue;
+    size_t left;
+    do {
+      ZSTD_outBuffer ob = {o, cap, 0};
+      left = ZSTD_compressStream2(c, &ob, &in, end);
+      ck_assert(!ZSTD_isError(left));
+      ck_assert(fwrite(o, 1, ob.pos, f) == ob.pos);
+    } while (end == ZSTD_e_end ? left != 0 : in.pos < in.size);
+  }
+  ZSTD_freeCCtx(c), free(o);
+  fclose(f);
+}
+
+/* Brown-valid's text as it is, and brown-test's lines as JSONL (with blank lines, an
+ * empty text, another key, CRLF), in DIR/corpus/{a.txt,b.jsonl}, each as plain, .gz and .zst
+ * in dirs plain/, gz/, zst/. */
+static void make_corpora(const char *dir) {
+  char p[1600], *a, *t;
+  size_t na, nt;
+  snprintf(p, sizeof p, "%s/data/brown-valid.txt", srcdir);
+  a = slurp(p, &na);
+  snprintf(p, sizeof p, "%s/data/brown-test.txt", srcdir);
+  t = slurp(p, &nt);
+  gj_bytes j = {0};
+  size_t line = 0;
+  for (size_t i = 0; i < nt;) {
+    char *nl = memchr(t + i, '\n', nt - i);
+    size_t e = nl ? (size_t)(nl - t) : nt;
+    json_t *o = json_pack("{s:s%,s:i}", "text", t + i, e - i, "id", (int)line);
+    char *js = json_dumps(o, JSON_COMPACT);
+    gj_bytes_append(&j, js, strlen(js));
+    gj_bytes_append(&j, line % 5 == 0 ? "\r\n" : "\n", line % 5 == 0 ? 2 : 1);
+    if (line % 9 == 0) gj_bytes_append(&j, "\n{\"text\": \"\"}\n", 14);
+    free(js), json_decref(o);
+    i = e + 1, line++;
+  }
+  const char *enc[] = {"plain", "gz", "zst"};
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(tu_sh("mkdir -p %s/%s/corpus", dir, enc[k]), 0);
+    const char *sfx = k == 0 ? "" : k == 1 ? ".gz" : ".zst";
+    for (int f = 0; f < 2; f++) {
+      snprintf(p, sizeof p, "%s/%s/corpus/%s%s", dir, enc[k], f ? "b.jsonl" : "a.txt", sfx);
+      const char *b = f ? j.v : a;
+      size_t n = f ? j.n : na;
+      if (k == 0) spit(p, b, n);
+      else if (k == 1) spit_gz(p, b, n);
+      else spit_zst(p, b, n, 1);
+    }
+  }
+  free(a), free(t), free(j.v);
+}
+
+static int64_t attr_i64(const char *path, const char *name) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  ck_assert_int_ge(f, 0);
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  int64_t v = -1;
+  ck_assert_int_ge(H5Aread(a, H5T_NATIVE_INT64, &v), 0);
+  H5Aclose(a), H5Fclose(f);
+  return v;
+}
+
+START_TEST(test_tokenize_identical) {
+  char d[1300], cmd[4096];
+  snprintf(d, sizeof d, "%s/ident", OUT);
+  ck_assert_int_eq(tu_sh("rm -rf %s && mkdir -p %s", d, d), 0);
+  make_corpora(d);
+  const char *split = "--valid-fraction 0.1";
+  /* the reference: one process, no parts */
+  ck_assert_int_eq(tu_sh("%s/gptj tokenize --out %s/ref.h5 --valid-out %s/refv.h5 %s %s/plain/corpus >%s/ref.log 2>&1",
+                         B_, d, d, split, d, d), 0);
+  /* brown-valid alone: the counts of the in-memory tokenize (25 documents, 63880 tokens) */
+  ck_assert_int_eq(tu_sh("%s/gptj tokenize --out %s/a.h5 %s/plain/corpus/a.txt >/dev/null 2>&1", B_, d, d), 0);
+  snprintf(cmd, sizeof cmd, "%s/a.h5", d);
+  ck_assert_int_eq(attr_i64(cmd, "n_docs"), 25);
+  ck_assert_int_eq(attr_i64(cmd, "n_tokens"), 63880);
+  snprintf(cmd, sizeof cmd, "%s/ref.h5", d);
+  int64_t ndocs = attr_i64(cmd, "n_docs");
+  ck_assert_int_gt(ndocs, 700); /* the JSONL lines are documents */
+  struct {
+    int np;
+    const char *enc;
+    long part;
+  } runs[] = {{1, "plain", 3000}, {2, "plain", 0}, {2, "plain", 20000}, {3, "plain", 7777}, {4, "plain", 1000},
+              {1, "gz", 0},       {2, "gz", 0},    {1, "zst", 0},       {3, "zst", 0},      {4, "gz", 50000}};
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    int r = tu_sh("%s -np %d --oversubscribe %s/gptj tokenize --part-bytes %ld --out %s/o%zu.h5 --valid-out %s/o%zuv.h5 "
+                  "%s %s/%s/corpus >%s/o%zu.log 2>&1",
+                  MPI_, runs[i].np, B_, runs[i].part, d, i, d, i, split, d, runs[i].enc, d, i);
+    ck_assert_msg(r == 0, "run %zu (%d ranks, %s): exit %d, see %s/o%zu.log", i, runs[i].np, runs[i].enc, r, d, i);
+    ck_assert_msg(tu_sh("cmp %s/ref.h5 %s/o%zu.h5 && cmp %s/refv.h5 %s/o%zuv.h5", d, d, i, d, d, i) == 0,
+                  "run %zu (%d ranks, %s, parts of %ld bytes) differs from one rank's", i, runs[i].np, runs[i].enc,
+                  runs[i].part);
+  }
+}
+END_TEST
+
+/* Peak RSS (kB) of a command run as a child of its own (bash execs it). */
+static long peak_rss_kb(const char *cmd, int *status) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  struct rusage ru;
+  ck_assert_int_eq(wait4(pid, status, 0, &ru), pid);
+  return ru.ru_maxrss;
+}
+
+START_TEST(test_tokenize_memory_bound) {
+  /* The bound --help states: 64 MB + 14 x --max-doc-mb; with --max-doc-mb 1, 78 MB. The input:
+   * 900 copies of brown-valid (273 MB of text, 3.5 x the bound; the in-memory tokenize held
+   * about 4 bytes a byte of it), as zstd. */
+  char d[1300], p[1400], cmd[4096];
+  snprintf(d, sizeof d, "%s/membound", OUT);
+  ck_assert_int_eq(tu_sh("rm -rf %s && mkdir -p %s", d, d), 0);
+  snprintf(p, sizeof p, "%s/data/brown-valid.txt", srcdir);
+  size_t n;
+  char *a = slurp(p, &n);
+  a = realloc(a, n + 2);
+  a[n++] = '\n'; /* a blank line: each copy's last document ends there */
+  snprintf(p, sizeof p, "%s/big.txt.zst", d);
+  int copies = 900;
+  spit_zst(p, a, n, copies);
+  free(a);
+  double bound_kb = (64 + 14 * 1) * 1024.0, text_kb = (double)n * copies / 1024;
+  ck_assert(text_kb > 3 * bound_kb);
+  snprintf(cmd, sizeof cmd, "exec %s/gptj tokenize --max-doc-mb 1 --out %s/big.h5 %s >%s/big.log 2>&1", B_, d, p, d);
+  int st = 0;
+  long kb = peak_rss_kb(cmd, &st);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tokenize failed: see %s/big.log", d);
+  snprintf(p, sizeof p, "%s/big.h5", d);
+  ck_assert_int_eq(attr_i64(p, "n_docs"), 25 * copies);
+  ck_assert_int_eq(attr_i64(p, "n_tokens"), 63880LL * copies);
+  ck_assert_msg(kb < bound_kb, "peak RSS %ld kB, over the stated bound of %.0f kB (input %.0f kB of text)", kb, bound_kb, text_kb);
+  tu_sh("rm -f %s/big.h5 %s/big.txt.zst", d, d);
+}
+END_TEST
+
 int main(void) {
   snprintf(srcdir, sizeof srcdir, "%s", tu_env("GJ_SRCDIR", "."));
+  if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "tokenize")) return 1;
   char dir[1200];
   snprintf(dir, sizeof dir, "%s/data/gpt2", srcdir);
   if (gj_tokenizer_load(&tok, dir)) {
@@ -151,6 +337,11 @@ int main(void) {
   tcase_add_test(tc, test_decode_bad_id);
   tcase_add_test(tc, test_brown_counts);
   tcase_add_test(tc, test_bad_vocab_dir);
+  TCase *tt = tcase_create("tokenize");
+  tcase_set_timeout(tt, 600);
+  tcase_add_test(tt, test_tokenize_identical);
+  tcase_add_test(tt, test_tokenize_memory_bound);
+  suite_add_tcase(s, tt);
   suite_add_tcase(s, tc);
   int failed = tu_run(s);
   gj_tokenizer_free(tok);

@@ -1,157 +1,466 @@
-/* gptj tokenize: text / JSONL (optionally gzip) -> token dataset(s) in HDF5.
- * Under mpirun the documents are split in contiguous blocks over the ranks, tokenized in
- * parallel and gathered in order onto rank 0, which writes the file: the output is
- * byte-identical whatever the number of ranks. */
+/* gptj tokenize: text / JSONL (plain, gzip or zstd), files and directories -> token
+ * dataset(s) in HDF5, streamed, in bounded memory, in parallel.
+ *
+ * The inputs are cut into parts: whole files, and line-aligned byte ranges of the large
+ * uncompressed ones (io/docstream.h). The parts go to the ranks (largest first, each to the
+ * least loaded rank); each rank tokenizes its parts in turn into a spool of its own beside the
+ * output (the tokens as uint16, and a (tokens, bytes) pair per document). An all-reduce of the
+ * parts' counts gives every rank where each part's documents and tokens go; rank 0 creates the
+ * output(s) with HDF5 (io/tokfile.h: contiguous /tokens and /doc_offsets, allocated, not
+ * filled) and every rank copies its spool into its ranges of them. The documents keep the
+ * order of the inputs whatever the partition, so the output is byte-identical whatever the
+ * number of ranks. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/memcheck.h"
 #include "common.h"
-#include "io/dataset.h"
-#include "io/docs.h"
+#include "io/docstream.h"
 #include "io/outfile.h"
 #include "io/tokenizer.h"
+#include "io/tokfile.h"
 #include "parallel/grid.h"
 
 #define MAX_INPUTS 256
+#define TOK_BUF ((size_t)1 << 20) /* tokens buffered before a write (2 MB) */
+#define LEN_BUF ((size_t)1 << 15) /* documents' lengths buffered (512 kB) */
+#define BUFFERS_MB 16             /* read buffers, write buffers and spools' buffers, rounded up */
+#define TOKENIZER_MB 48           /* the BPE tables and their cache */
 
-/* --out and --valid-out replace neither an input nor each other */
-static int plan_outputs(const char *out, const char *valid_out, const char *dir, char **inputs, int nin) {
-  gj_file_ref outs[2] = {{"--out", out}, {"--valid-out", valid_out}}, ins[MAX_INPUTS + 2];
-  char enc[GJ_PATH_BUF], bpe[GJ_PATH_BUF];
-  GJ_TRY(gj_path_join(enc, sizeof enc, dir, "encoder.json"));
-  GJ_TRY(gj_path_join(bpe, sizeof bpe, dir, "vocab.bpe"));
-  for (int i = 0; i < nin; i++) ins[i] = (gj_file_ref){"input", inputs[i]};
-  ins[nin] = (gj_file_ref){"vocabulary file", enc}, ins[nin + 1] = (gj_file_ref){"vocabulary file", bpe};
-  return gj_outfile_plan(outs, valid_out ? 2 : 1, ins, nin + 2);
-}
+/* ---- the input files ---- */
 
-/* Encode the documents idx[lo..hi) into ids, their lengths (EOT included) into lens[hi - lo];
- * rank 0 reports progress on out. */
-static int encode_range(gj_tokenizer *t, const gj_docs *docs, const uint64_t *idx, size_t lo, size_t hi,
-                        gj_ids *ids, uint64_t *lens, const char *out, int rank, size_t total_bytes) {
-  int rc = 0;
-  double t0 = gj_now(), last = t0;
-  size_t done = 0, mine = 0;
-  for (size_t i = lo; i < hi; i++) mine += docs->off[idx[i] + 1] - docs->off[idx[i]];
-  for (size_t i = lo; i < hi && !rc; i++) {
-    size_t before = ids->n, nb = docs->off[idx[i] + 1] - docs->off[idx[i]];
-    rc = gj_tokenizer_encode(t, docs->pool + docs->off[idx[i]], nb, ids);
-    if (!rc) rc = gj_ids_push(ids, GJ_EOT_ID);
-    lens[i - lo] = ids->n - before;
-    done += nb;
-    double now = gj_now();
-    if (rank == 0 && now - last > 2.0 && mine > 0) {
-      double rate = done / (now - t0), frac = (double)done / mine;
-      fprintf(stderr, "tokenize %s: %.1f / %.1f MB (%.0f%%), %.1f MB/s per rank, ETA %.0f s\n", out,
-              frac * total_bytes / 1e6, total_bytes / 1e6, 100 * frac, rate / 1e6,
-              (mine - done) / (rate > 0 ? rate : 1));
-      last = now;
-    }
+typedef struct {
+  char **v;
+  size_t n, cap;
+} strlist;
+
+static int strlist_add(strlist *l, const char *s) {
+  if (l->n == l->cap) {
+    size_t nc = 2 * l->cap + 16;
+    char **p = realloc(l->v, nc * sizeof *p);
+    if (!p) return GJ_FAIL("out of memory listing the inputs");
+    l->v = p, l->cap = nc;
   }
-  return rc;
-}
-
-/* Tokenize the documents idx[lo..hi), gather (tokens, per-document lengths) onto rank 0 and
- * write them to the temporary of o (rank 0; the caller renames the outputs together). The
- * ids are narrowed to the file's uint16 before the gather (GPT-2's ids are below 2^16). */
-static int tokenize_set(gj_tokenizer *t, const gj_docs *docs, const uint64_t *idx, size_t nidx,
-                        gj_outfile *o, const char *source, int rank, int size, size_t total_bytes) {
-  gj_comm w = gj_comm_world();
-  size_t lo = nidx * rank / size, hi = nidx * (rank + 1) / size;
-  gj_ids ids = {0};
-  uint16_t *mine = NULL;
-  uint64_t *lens = malloc((hi - lo + 1) * sizeof(uint64_t)), *offs = NULL, ntok = 0, ndoc = 0;
-  void *tok = NULL, *all_lens = NULL;
-  int rc = lens ? 0 : GJ_FAIL("out of memory");
-  if (!rc) rc = encode_range(t, docs, idx, lo, hi, &ids, lens, o->path, rank, total_bytes);
-  if (!rc && !(mine = malloc((ids.n ? ids.n : 1) * sizeof(uint16_t))))
-    rc = GJ_FAIL("out of memory for %zu tokens", ids.n);
-  for (size_t k = 0; !rc && k < ids.n; k++) mine[k] = (uint16_t)ids.v[k];
-  free(ids.v), ids.v = NULL; /* ids.n stays the count */
-  if ((rc = gj_agree(w, rc))) goto done;
-  /* in rank order: the tokens, then the documents' lengths, made offsets on rank 0 */
-  if ((rc = gj_gather_ordered(w, &tok, &ntok, mine, ids.n, sizeof *mine))) goto done;
-  if ((rc = gj_gather_ordered(w, &all_lens, &ndoc, lens, hi - lo, sizeof *lens))) goto done;
-  if (rank == 0 && ndoc != nidx) rc = GJ_FAIL("internal: gathered %llu of %zu documents", (unsigned long long)ndoc, nidx);
-  if (!rc && rank == 0 && !(offs = malloc((nidx + 1) * sizeof(uint64_t))))
-    rc = GJ_FAIL("out of memory gathering %llu tokens", (unsigned long long)ntok);
-  if (!rc && rank == 0) {
-    offs[0] = 0;
-    for (size_t k = 0; k < nidx; k++) offs[k + 1] = offs[k] + ((const uint64_t *)all_lens)[k];
-    uint64_t nbytes = 0;
-    for (size_t i = 0; i < nidx; i++) nbytes += docs->off[idx[i] + 1] - docs->off[idx[i]];
-    rc = gj_dataset_write_tmp(o, tok, ntok, offs, nidx, nbytes, source);
-    if (!rc)
-      gj_info("%s: %zu documents, %llu tokens, %llu bytes (%.3f bytes/token)", o->path, nidx,
-              (unsigned long long)ntok, (unsigned long long)nbytes, ntok ? (double)nbytes / ntok : 0.0);
-  }
-done:
-  free(tok), free(all_lens), free(offs), free(mine), free(ids.v), free(lens);
-  return gj_agree(w, rc);
-}
-
-/* Every rank holds the whole text and its ids (int32) and rank 0 the gathered tokens: about
- * 4 bytes per byte of text (GPT-2 BPE makes ~4 bytes a token); compressed inputs count 4x
- * their size. Refused before reading when that does not fit. */
-static int check_memory(char **inputs, int nin) {
-  double text = 0;
-  for (int i = 0; i < nin; i++) {
-    struct stat st;
-    if (stat(inputs[i], &st) || !S_ISREG(st.st_mode)) continue; /* stdin, FIFOs: unknown */
-    size_t l = strlen(inputs[i]);
-    int packed = (l > 3 && !strcmp(inputs[i] + l - 3, ".gz")) || (l > 4 && !strcmp(inputs[i] + l - 4, ".zst"));
-    text += (double)st.st_size * (packed ? 4 : 1);
-  }
-  char detail[128];
-  snprintf(detail, sizeof detail, "tokenize holds its %.0f MB of text and their tokens in memory", text / 1e6);
-  return gj_mem_check(gj_comm_world(), 4 * text, detail, "tokenize the inputs in several parts, or run fewer ranks per node", 0, NULL);
-}
-
-/* The training documents into tr, every 1/frac-th into va (none when frac is 0). */
-static int split_docs(size_t ndocs, double frac, uint64_t **tr, size_t *ntr, uint64_t **va, size_t *nva) {
-  *tr = malloc((ndocs ? ndocs : 1) * sizeof(uint64_t)), *va = malloc((ndocs ? ndocs : 1) * sizeof(uint64_t));
-  *ntr = *nva = 0;
-  if (!*tr || !*va) return GJ_FAIL("out of memory for %zu documents", ndocs);
-  for (size_t i = 0; i < ndocs; i++) {
-    /* every 1/f-th document: exactly round(n f) of them, spread evenly */
-    int is_valid = frac > 0 && (uint64_t)((i + 1) * frac) > (uint64_t)(i * frac);
-    if (is_valid) (*va)[(*nva)++] = i;
-    else (*tr)[(*ntr)++] = i;
-  }
-  if (frac > 0 && (*nva == 0 || *ntr == 0))
-    return GJ_FAIL("--valid-fraction %g leaves an empty split of %zu documents", frac, ndocs);
+  if (!(l->v[l->n] = strdup(s))) return GJ_FAIL("out of memory listing the inputs");
+  l->n++;
   return 0;
 }
 
+static void strlist_free(strlist *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The files a directory contributes: text, JSONL, optionally .gz / .zst. */
+static int is_corpus_name(const char *name) {
+  size_t n = strlen(name);
+  if (n > 3 && !strcmp(name + n - 3, ".gz")) n -= 3;
+  else if (n > 4 && !strcmp(name + n - 4, ".zst")) n -= 4;
+  static const char *ext[] = {".txt", ".text", ".jsonl", ".json"};
+  for (int i = 0; i < 4; i++) {
+    size_t k = strlen(ext[i]);
+    if (n > k && !strncmp(name + n - k, ext[i], k)) return 1;
+  }
+  return 0;
+}
+
+/* Append dir's corpus files, recursively, in byte order of the names (hidden ones skipped). */
+static int expand_dir(strlist *files, const char *dir, int depth) {
+  if (depth > 32) return GJ_FAIL("%s: directories nested too deep", dir);
+  DIR *d = opendir(dir);
+  if (!d) return GJ_FAIL("%s: %s", dir, strerror(errno));
+  strlist names = {0};
+  struct dirent *e;
+  int rc = 0;
+  while (!rc && (e = readdir(d)))
+    if (e->d_name[0] != '.') rc = strlist_add(&names, e->d_name);
+  closedir(d);
+  if (!rc && names.n) qsort(names.v, names.n, sizeof *names.v, by_name);
+  for (size_t i = 0; i < names.n && !rc; i++) {
+    char p[GJ_PATH_BUF];
+    struct stat st;
+    if ((rc = gj_path_join(p, sizeof p, dir, names.v[i]))) break;
+    if (stat(p, &st)) continue; /* a dangling link */
+    if (S_ISDIR(st.st_mode)) rc = expand_dir(files, p, depth + 1);
+    else if (S_ISREG(st.st_mode) && is_corpus_name(names.v[i])) rc = strlist_add(files, p);
+  }
+  strlist_free(&names);
+  return rc;
+}
+
+static int expand_inputs(strlist *files, char **inputs, int nin) {
+  for (int i = 0; i < nin; i++) {
+    struct stat st;
+    if (strcmp(inputs[i], "-") && !stat(inputs[i], &st) && S_ISDIR(st.st_mode)) {
+      size_t before = files->n;
+      GJ_TRY(expand_dir(files, inputs[i], 0));
+      if (files->n == before)
+        return GJ_FAIL("%s: no input files in the directory (*.txt, *.text, *.jsonl, *.json, each optionally .gz or .zst)",
+                       inputs[i]);
+    } else {
+      GJ_TRY(gj_outfile_check_input(inputs[i], NULL, GJ_IN_STDIN));
+      GJ_TRY(strlist_add(files, inputs[i]));
+    }
+  }
+  return 0;
+}
+
+/* --out and --valid-out replace neither an input nor each other */
+static int plan_outputs(const char *out, const char *valid_out, const char *dir, const strlist *files) {
+  gj_file_ref outs[2] = {{"--out", out}, {"--valid-out", valid_out}};
+  gj_file_ref *ins = malloc((files->n + 2) * sizeof *ins);
+  char enc[GJ_PATH_BUF], bpe[GJ_PATH_BUF];
+  int rc = ins ? 0 : GJ_FAIL("out of memory");
+  if (!rc) rc = gj_path_join(enc, sizeof enc, dir, "encoder.json");
+  if (!rc) rc = gj_path_join(bpe, sizeof bpe, dir, "vocab.bpe");
+  if (!rc) {
+    for (size_t i = 0; i < files->n; i++) ins[i] = (gj_file_ref){"input", files->v[i]};
+    ins[files->n] = (gj_file_ref){"vocabulary file", enc}, ins[files->n + 1] = (gj_file_ref){"vocabulary file", bpe};
+    rc = gj_outfile_plan(outs, valid_out ? 2 : 1, ins, (int)files->n + 2);
+  }
+  free(ins);
+  return rc;
+}
+
+/* ---- the parts ---- */
+
+typedef struct {
+  size_t file;
+  uint64_t lo, hi; /* bytes of the file; hi = UINT64_MAX: a whole (compressed) file */
+  uint64_t size;   /* bytes read from the file for it (progress, balance) */
+  double weight;   /* estimated text bytes */
+  int rank;
+} part;
+
+typedef struct {
+  double w;
+  size_t i;
+} ranked;
+
+static int heavier_first(const void *a, const void *b) {
+  const ranked *x = a, *y = b;
+  if (x->w != y->w) return x->w > y->w ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Cut the files into parts of about part_bytes (uncompressed regular files only) and give
+ * them to the ranks, largest first, each to the least loaded (ties: the lower rank). */
+static int plan_parts(const strlist *files, uint64_t part_bytes, int size, part **out, size_t *nout, uint64_t *total) {
+  size_t n = 0, cap = files->n + 16;
+  part *p = malloc(cap * sizeof *p);
+  if (!p) return GJ_FAIL("out of memory planning the parts");
+  uint64_t *sz = calloc(files->n + 1, sizeof *sz);
+  int *kind = calloc(files->n + 1, sizeof *kind);
+  int rc = sz && kind ? 0 : GJ_FAIL("out of memory planning the parts");
+  *total = 0;
+  for (size_t i = 0; i < files->n && !rc; i++) {
+    struct stat st;
+    if ((rc = gj_docstream_kind(files->v[i], &kind[i]))) break;
+    sz[i] = strcmp(files->v[i], "-") && !stat(files->v[i], &st) && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    *total += sz[i];
+  }
+  if (!rc && part_bytes == 0) /* automatic: about 4 parts a rank, no part under 16 MB */
+    part_bytes = size == 1 ? UINT64_MAX : GJ_MAX((uint64_t)16 << 20, *total / (4 * (uint64_t)size) + 1);
+  for (size_t i = 0; i < files->n && !rc; i++) {
+    int splits = kind[i] == 0 && sz[i] > part_bytes && strcmp(files->v[i], "-");
+    uint64_t k = splits ? (sz[i] + part_bytes - 1) / part_bytes : 1;
+    for (uint64_t j = 0; j < k; j++) {
+      if (n == cap) {
+        part *q = realloc(p, (cap *= 2) * sizeof *p);
+        if (!q) {
+          rc = GJ_FAIL("out of memory planning the parts");
+          break;
+        }
+        p = q;
+      }
+      uint64_t lo = splits ? sz[i] / k * j + (sz[i] % k) * j / k : 0;
+      uint64_t hi = splits ? sz[i] / k * (j + 1) + (sz[i] % k) * (j + 1) / k : UINT64_MAX;
+      p[n] = (part){i, lo, hi, splits ? hi - lo : sz[i], 0, 0};
+      p[n].weight = (double)p[n].size * (kind[i] == 0 ? 1 : kind[i] == 1 ? 3.5 : 5);
+      n++;
+    }
+  }
+  /* largest first (equal weights: in order), each to the least loaded rank */
+  double *load = calloc((size_t)size, sizeof *load);
+  ranked *order = malloc((n + 1) * sizeof *order);
+  if (!rc && (!load || !order)) rc = GJ_FAIL("out of memory planning the parts");
+  for (size_t i = 0; i < n && !rc; i++) order[i] = (ranked){p[i].weight, i};
+  if (!rc && n) qsort(order, n, sizeof *order, heavier_first);
+  for (size_t i = 0; i < n && !rc; i++) {
+    int best = 0;
+    for (int r = 1; r < size; r++)
+      if (load[r] < load[best]) best = r;
+    p[order[i].i].rank = best;
+    load[best] += p[order[i].i].weight + 1;
+  }
+  free(load), free(order), free(sz), free(kind);
+  if (rc) free(p), p = NULL, n = 0;
+  *out = p, *nout = n;
+  return rc;
+}
+
+/* ---- tokenizing into the spool ---- */
+
+/* A file written in order through a buffer. */
+typedef struct {
+  char path[GJ_PATH_BUF];
+  int fd;
+  char *buf;
+  size_t n, cap;
+  uint64_t written;
+} spool;
+
+static int spool_open(spool *s, const char *base, int rank, const char *what, size_t cap) {
+  if (snprintf(s->path, sizeof s->path, "%s.%d.%s", base, rank, what) >= (int)sizeof s->path)
+    return GJ_FAIL("%s: path too long for the spool", base);
+  gj_tmp_register(s->path);
+  s->fd = open(s->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (s->fd < 0) return GJ_FAIL("%s: cannot create: %s", s->path, strerror(errno));
+  s->cap = cap, s->n = 0, s->written = 0;
+  if (!(s->buf = malloc(cap))) return GJ_FAIL("out of memory for the spool");
+  return 0;
+}
+
+static int spool_flush(spool *s) {
+  GJ_TRY(gj_tokfile_pwrite(s->fd, s->path, s->buf, s->n, s->written));
+  s->written += s->n, s->n = 0;
+  return 0;
+}
+
+static int spool_put(spool *s, const void *v, size_t k) {
+  if (s->n + k > s->cap) GJ_TRY(spool_flush(s));
+  memcpy(s->buf + s->n, v, k);
+  s->n += k;
+  return 0;
+}
+
+static void spool_close(spool *s) {
+  if (s->path[0]) {
+    if (s->fd > 0) close(s->fd);
+    unlink(s->path);
+    gj_tmp_unregister(s->path);
+  }
+  free(s->buf);
+  memset(s, 0, sizeof *s);
+}
+
+/* Per part: counts, filled by its rank (then all-reduced). */
+enum { C_TOK, C_DOC, C_BYTES, NC };
+
+typedef struct {
+  gj_tokenizer *t;
+  gj_ids ids;
+  spool tok, len; /* uint16 tokens; (tokens, bytes) as two uint64 per document */
+  uint64_t *cnt;  /* this part's NC counts */
+  /* progress, this rank */
+  volatile uint64_t raw;
+  uint64_t raw_before, docs, tokens, text, share, total;
+  double t0, last;
+  int rank, size, shown; /* shown: a progress line was printed */
+} work;
+
+static void progress(work *w, int final) {
+  double now = gj_now();
+  if (w->rank != 0 || (!final && now - w->last < 3.0) || (final && !w->shown)) return;
+  w->last = now, w->shown = 1;
+  double el = now - w->t0, done = (double)(w->raw_before + w->raw), frac = w->share ? done / w->share : 1;
+  if (frac > 1) frac = 1;
+  double rate = el > 0 ? w->text / el : 0;
+  fprintf(stderr,
+          "tokenize: rank 0 at %.0f%% of its %.1f MB (%.1f MB in all, %d ranks): %.1f MB/s of text, %llu documents, "
+          "%.2f M tokens, ETA %.0f s\n",
+          100 * frac, w->share / 1e6, w->total / 1e6, w->size, rate / 1e6, (unsigned long long)w->docs,
+          w->tokens / 1e6, frac > 0 ? el * (1 - frac) / frac : 0.0);
+}
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int on_doc(void *ctx, const char *text, size_t n) {
+  work *w = ctx;
+  w->ids.n = 0;
+  GJ_TRY(gj_tokenizer_encode(w->t, text, n, &w->ids));
+  GJ_TRY(gj_ids_push(&w->ids, GJ_EOT_ID));
+  for (size_t k = 0; k < w->ids.n;) { /* narrowed to the file's uint16 (GPT-2's ids are below 2^16) */
+    if (w->tok.n + 2 > w->tok.cap) GJ_TRY(spool_flush(&w->tok));
+    uint16_t *o = (uint16_t *)(w->tok.buf + w->tok.n);
+    size_t m = GJ_MIN(w->ids.n - k, (w->tok.cap - w->tok.n) / 2);
+    for (size_t j = 0; j < m; j++) o[j] = (uint16_t)w->ids.v[k + j];
+    w->tok.n += 2 * m, k += m;
+  }
+  uint64_t l[2] = {w->ids.n, n};
+  GJ_TRY(spool_put(&w->len, l, sizeof l));
+  w->cnt[C_TOK] += w->ids.n, w->cnt[C_DOC]++, w->cnt[C_BYTES] += n;
+  w->docs++, w->tokens += w->ids.n, w->text += n;
+  progress(w, 0);
+  return 0;
+}
+
+/* ---- writing the outputs ---- */
+
+/* The token and offset ranges of one output that a part fills, buffered. */
+typedef struct {
+  int fd;
+  const char *path;
+  uint64_t tok_at, off_at;  /* file offsets of /tokens[0], /doc_offsets[0] */
+  uint64_t tok, doc;        /* next token, next document (its end offset goes to doc + 1) */
+  uint16_t *tb;
+  uint64_t *ob;
+  size_t tn, on;
+  uint64_t tb0, ob0;        /* token / offset index of tb[0] / ob[0] */
+} sink;
+
+static int sink_flush(sink *s) {
+  GJ_TRY(gj_tokfile_pwrite(s->fd, s->path, s->tb, s->tn * 2, s->tok_at + 2 * s->tb0));
+  GJ_TRY(gj_tokfile_pwrite(s->fd, s->path, s->ob, s->on * 8, s->off_at + 8 * s->ob0));
+  s->tb0 += s->tn, s->ob0 += s->on, s->tn = s->on = 0;
+  return 0;
+}
+
+/* Start the sink at token tok and document doc (after a flush). */
+static void sink_seek(sink *s, uint64_t tok, uint64_t doc) {
+  s->tok = s->tb0 = tok, s->doc = doc, s->ob0 = doc + 1;
+}
+
+static int sink_tokens(sink *s, const uint16_t *v, size_t k) {
+  while (k > 0) {
+    if (s->tn == TOK_BUF) GJ_TRY(sink_flush(s));
+    size_t m = GJ_MIN(k, TOK_BUF - s->tn);
+    memcpy(s->tb + s->tn, v, 2 * m);
+    s->tn += m, s->tok += m, v += m, k -= m;
+  }
+  return 0;
+}
+
+static int sink_doc_end(sink *s) {
+  if (s->on == LEN_BUF) GJ_TRY(sink_flush(s));
+  s->ob[s->on++] = s->tok, s->doc++;
+  return 0;
+}
+
+/* every 1/f-th document of the global order is a validation one: exactly round(n f) of them,
+ * spread evenly (the rule of the in-memory tokenize, on the global document index) */
+static int is_valid_doc(uint64_t i, double frac) {
+  return frac > 0 && (uint64_t)((double)(i + 1) * frac) > (uint64_t)((double)i * frac);
+}
+
+/* Read spool bytes [at, at + n) into buf. */
+static int spool_read(spool *s, void *buf, size_t n, uint64_t at) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t k = pread(s->fd, p, n, (off_t)at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return GJ_FAIL("%s: read error: %s", s->path, k < 0 ? strerror(errno) : "short file");
+    p += k, n -= (size_t)k, at += (uint64_t)k;
+  }
+  return 0;
+}
+
+/* Count (scnt: per part, train tokens, train docs, train bytes, valid ...) or copy (sinks
+ * given) the documents of the parts of this rank from the spools. tok0/len0: where each part
+ * begins in the spools; docbase: each part's first global document. */
+static int route(work *w, const part *p, size_t np, const uint64_t *tok0, const uint64_t *len0,
+                 const uint64_t *docbase, const uint64_t *cnt, double frac, uint64_t *scnt, sink *sk,
+                 const uint64_t *sbase) {
+  uint16_t *tb = malloc(TOK_BUF * 2);
+  uint64_t *lb = malloc(LEN_BUF * 16);
+  int rc = tb && lb ? 0 : GJ_FAIL("out of memory");
+  for (size_t q = 0; q < np && !rc; q++) {
+    if (p[q].rank != w->rank) continue;
+    uint64_t nd = cnt[q * NC + C_DOC], tat = tok0[q], tn = 0, tpos = 0;
+    if (sk)
+      for (int s = 0; s < 2; s++)
+        if (sk[s].fd >= 0 && !(rc = sink_flush(&sk[s]))) sink_seek(&sk[s], sbase[(q * 2 + s) * 2], sbase[(q * 2 + s) * 2 + 1]);
+    for (uint64_t d = 0; d < nd && !rc; d++) {
+      size_t li = (size_t)(d % LEN_BUF);
+      if (li == 0) rc = spool_read(&w->len, lb, (size_t)GJ_MIN((uint64_t)LEN_BUF, nd - d) * 16, len0[q] + d * 16);
+      if (rc) break;
+      uint64_t k = lb[2 * li], nb = lb[2 * li + 1];
+      int side = is_valid_doc(docbase[q] + d, frac);
+      if (scnt) {
+        uint64_t *c = scnt + (q * 2 + side) * NC;
+        c[C_TOK] += k, c[C_DOC]++, c[C_BYTES] += nb;
+        continue;
+      }
+      while (k > 0 && !rc) { /* the document's tokens, through the token buffer */
+        if (tpos == tn) {
+          tn = GJ_MIN((uint64_t)TOK_BUF, cnt[q * NC + C_TOK] - (tat - tok0[q]) / 2);
+          rc = spool_read(&w->tok, tb, tn * 2, tat);
+          tat += tn * 2, tpos = 0;
+          if (rc) break;
+        }
+        size_t m = (size_t)GJ_MIN(k, tn - tpos);
+        rc = sink_tokens(&sk[side], tb + tpos, m);
+        tpos += m, k -= m;
+      }
+      if (!rc) rc = sink_doc_end(&sk[side]);
+    }
+  }
+  for (int s = 0; sk && s < 2 && !rc; s++)
+    if (sk[s].fd >= 0) rc = sink_flush(&sk[s]);
+  free(tb), free(lb);
+  return rc;
+}
+
+/* The memory a rank needs at most: the tokenizer, the buffers, and for the longest document
+ * its text, its line (JSONL: up to 4x, escapes), its parsed copy and its ids (4 bytes a token,
+ * a token at least a byte, twice for the vector's growth). */
+static double memory_bound(int64_t max_doc_mb) { return ((double)TOKENIZER_MB + BUFFERS_MB + 14.0 * max_doc_mb) * 1048576.0; }
+
 int gj_cmd_tokenize(int argc, char **argv) {
-  const char *out = NULL, *valid_out = NULL, *dir = gj_tokenizer_default_dir();
+  const char *out = NULL, *valid_out = NULL, *dir = gj_tokenizer_default_dir(), *key = "text";
   double frac = 0;
+  int64_t max_doc_mb = 16, part_bytes = 0;
   gj_opt opts[] = {
       {"out", GJ_OPT_STR, &out, "output dataset (HDF5), required", 1, 0},
       {"valid-out", GJ_OPT_STR, &valid_out, "second output holding the validation documents", 1, 0},
       {"valid-fraction", GJ_OPT_F64, &frac, "fraction of documents for --valid-out (every 1/f-th)", 0, 0.5},
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {"text-key", GJ_OPT_STR, &key, "JSONL: the field holding a document's text", 1, 0},
+      {"max-doc-mb", GJ_OPT_I64, &max_doc_mb, "longest document (and JSONL line / 4) accepted, MB", 1, 4096},
+      {"part-bytes", GJ_OPT_I64, &part_bytes, "cut uncompressed inputs in parts of this size (0: automatic)", 0, 1e18},
       {NULL}};
   gj_cmdline cl = {
       "gptj tokenize [options] --out FILE.h5 INPUT...",
       "Tokenizes documents with GPT-2 BPE into a token dataset: plain text (documents separated\n"
-      "by blank lines) or JSONL with a \"text\" field (names ending in .jsonl/.json), either\n"
-      "possibly gzip-compressed. Every document is followed by <|endoftext|> (50256).\n"
-      "Runs under mpirun: the output is the same whatever the number of ranks.",
+      "by blank lines) or JSONL with the text under --text-key (names ending in .jsonl/.json; a\n"
+      "line without it is an error naming the file and line), each plain, gzip (.gz) or zstd\n"
+      "(.zst). An INPUT may be a directory: its *.txt, *.text, *.jsonl, *.json files (each\n"
+      "optionally .gz/.zst), recursively, in byte order of their names. Every document is\n"
+      "followed by <|endoftext|> (50256). The inputs are streamed: a rank holds at most about\n"
+      "64 MB + 14 x --max-doc-mb (288 MB by default), whatever the size of the corpus, and\n"
+      "spools its tokens (2 bytes a token) beside the output until it writes them.\n"
+      "Runs under mpirun: the ranks share the files and byte ranges of the large uncompressed\n"
+      "ones, and write one output; it is byte-identical whatever the number of ranks.",
       opts, NULL, NULL, NULL, MAX_INPUTS};
   char *inputs[MAX_INPUTS];
   gj_comm w = gj_comm_world();
-  int nin = 0, rank = gj_comm_rank(w), size = gj_comm_size(w);
+  int nin = 0, rank = gj_comm_rank(w), size = gj_comm_size(w), nout = 1;
   gj_outfile o[2];
   memset(o, 0, sizeof o);
-  gj_tokenizer *t = NULL;
-  gj_docs docs = {0};
-  uint64_t *tr = NULL, *va = NULL;
-  size_t ntr = 0, nva = 0;
+  strlist files = {0};
+  part *parts = NULL;
+  size_t np = 0;
+  uint64_t total = 0, *cnt = NULL, *scnt = NULL, *tok0 = NULL, *len0 = NULL, *docbase = NULL, *sbase = NULL;
+  work wk;
+  memset(&wk, 0, sizeof wk);
+  sink sk[2];
+  memset(sk, 0, sizeof sk);
+  sk[0].fd = sk[1].fd = -1;
   int rc = gj_args_parse(&cl, argc, argv, inputs, &nin);
   if (rc > 0) {
     rc = 0;
@@ -161,16 +470,79 @@ int gj_cmd_tokenize(int argc, char **argv) {
   if (!rc && nin == 0) rc = GJ_FAIL("no input files (see --help)");
   if (!rc && (frac > 0) != (valid_out != NULL))
     rc = GJ_FAIL("--valid-fraction and --valid-out go together");
+  nout = valid_out ? 2 : 1;
   /* Before any work: every input readable by every rank, and on rank 0 (the writer) the
    * outputs neither an input (the vocabulary files included) nor each other. */
-  for (int i = 0; i < nin && !rc; i++) rc = gj_outfile_check_input(inputs[i], NULL, GJ_IN_STDIN);
-  if (!rc && rank == 0) rc = plan_outputs(out, valid_out, dir, inputs, nin);
+  if (!rc) rc = expand_inputs(&files, inputs, nin);
+  if (!rc && rank == 0) rc = plan_outputs(out, valid_out, dir, &files);
   if (!rc && rank == 0) rc = gj_outfile_begin(&o[0], out);
   if (!rc && rank == 0 && valid_out) rc = gj_outfile_begin(&o[1], valid_out);
-  if ((rc = gj_agree(w, rc)) || (rc = check_memory(inputs, nin))) goto done;
-  rc = gj_tokenizer_load(&t, dir);
-  for (int i = 0; i < nin && !rc; i++) rc = gj_docs_read(&docs, inputs[i]);
-  if (!rc && docs.ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
+  if (!rc) {
+    char detail[160];
+    snprintf(detail, sizeof detail, "tokenize streams its inputs, holding at most %lld MB of documents",
+             (long long)max_doc_mb);
+    rc = gj_agree(w, rc);
+    if (!rc) rc = gj_mem_check(w, memory_bound(max_doc_mb), detail, "lower --max-doc-mb, or run fewer ranks per node", 0, NULL);
+  } else {
+    rc = gj_agree(w, rc);
+  }
+  if (rc) goto done;
+  if ((rc = gj_agree(w, plan_parts(&files, (uint64_t)part_bytes, size, &parts, &np, &total)))) goto done;
+  int same = 1; /* every rank listed the same files of the same sizes, or the parts would not tile */
+  if ((rc = gj_same_int(w, (int)(np * 1000003u + total % 1000000007u), &same))) goto done;
+  if (!same) {
+    rc = gj_agree(w, GJ_FAIL("the ranks see different inputs (%zu files, %.1f MB here): put them on a file system "
+                             "every rank shares", files.n, total / 1e6));
+    goto done;
+  }
+  cnt = calloc(np * NC + 1, sizeof *cnt), scnt = calloc(np * 2 * NC + 1, sizeof *scnt);
+  tok0 = calloc(np + 1, sizeof *tok0), len0 = calloc(np + 1, sizeof *len0), docbase = calloc(np + 1, sizeof *docbase);
+  sbase = calloc(np * 4 + 1, sizeof *sbase);
+  if (!cnt || !scnt || !tok0 || !len0 || !docbase || !sbase) rc = GJ_FAIL("out of memory for %zu parts", np);
+  if (!rc) rc = gj_tokenizer_load(&wk.t, dir);
+  /* the spools: beside the output, named after it and this rank (a rank's own pid) */
+  char base[GJ_PATH_BUF];
+  snprintf(base, sizeof base, "%s.tmp.spool%ld", out, (long)getpid());
+  if (!rc) rc = spool_open(&wk.tok, base, rank, "tok", TOK_BUF * 2);
+  if (!rc) rc = spool_open(&wk.len, base, rank, "len", LEN_BUF * 16);
+  wk.rank = rank, wk.size = size, wk.total = total, wk.t0 = wk.last = gj_now();
+  for (size_t q = 0; q < np; q++)
+    if (parts[q].rank == rank) wk.share += parts[q].size;
+  gj_docstream_opts dopt = {key, (size_t)max_doc_mb << 20};
+  double cpu0 = cpu_now();
+  for (size_t q = 0; q < np && !rc; q++) {
+    if (parts[q].rank != rank) continue;
+    tok0[q] = wk.tok.written + wk.tok.n, len0[q] = wk.len.written + wk.len.n;
+    wk.cnt = cnt + q * NC;
+    wk.raw_before += wk.raw, wk.raw = 0;
+    rc = gj_docstream_read(files.v[parts[q].file], parts[q].lo, parts[q].hi, &dopt, on_doc, &wk, &wk.raw);
+  }
+  if (!rc) rc = spool_flush(&wk.tok);
+  if (!rc) rc = spool_flush(&wk.len);
+  wk.raw_before += wk.raw, wk.raw = 0;
+  double t_tok = gj_now() - wk.t0, cpu[2] = {cpu_now() - cpu0, 0};
+  cpu[1] = cpu[0];
+  if (!rc) progress(&wk, 1); /* the last line, if there were others */
+  if ((rc = gj_agree(w, rc))) goto done;
+  /* every part's counts on every rank; its first document in the global order */
+  if ((rc = gj_allreduce_sum_u64(w, cnt, np * NC)) || (rc = gj_allreduce_max_f64(w, cpu, 1)) ||
+      (rc = gj_allreduce_sum_f64(w, cpu + 1, 1)))
+    goto done;
+  uint64_t ndocs = 0;
+  for (size_t q = 0; q < np; q++) docbase[q] = ndocs, ndocs += cnt[q * NC + C_DOC];
+  if (ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
+  /* the train / validation counts of each part, then each part's first token and document in
+   * each output (sbase[(q*2 + side)*2 + {0: token, 1: document}]) */
+  if (!rc) rc = route(&wk, parts, np, tok0, len0, docbase, cnt, frac, scnt, NULL, NULL);
+  if ((rc = gj_agree(w, rc)) || (rc = gj_allreduce_sum_u64(w, scnt, np * 2 * NC))) goto done;
+  uint64_t tot[2][NC] = {{0}};
+  for (size_t q = 0; q < np; q++)
+    for (int s = 0; s < 2; s++) {
+      sbase[(q * 2 + s) * 2] = tot[s][C_TOK], sbase[(q * 2 + s) * 2 + 1] = tot[s][C_DOC];
+      for (int c = 0; c < NC; c++) tot[s][c] += scnt[(q * 2 + s) * NC + c];
+    }
+  if (frac > 0 && (tot[0][C_DOC] == 0 || tot[1][C_DOC] == 0))
+    rc = GJ_FAIL("--valid-fraction %g leaves an empty split of %llu documents", frac, (unsigned long long)ndocs);
   if ((rc = gj_agree(w, rc))) goto done;
   char source[2048] = ""; /* an attribute: a long list of inputs is cut */
   for (int i = 0; i < nin; i++) {
@@ -178,20 +550,55 @@ int gj_cmd_tokenize(int argc, char **argv) {
     size_t l = strlen(source);
     snprintf(source + l, sizeof source - l, "%s%s", i ? "," : "", b ? b + 1 : inputs[i]);
   }
-  if ((rc = gj_agree(w, split_docs(docs.ndocs, frac, &tr, &ntr, &va, &nva)))) goto done;
-  size_t total = 0;
-  for (size_t i = 0; i < docs.ndocs; i++) total += docs.off[i + 1] - docs.off[i];
-  rc = tokenize_set(t, &docs, tr, ntr, &o[0], source, rank, size, total);
-  if (!rc && nva) rc = tokenize_set(t, &docs, va, nva, &o[1], source, rank, size, total);
+  /* rank 0 lays the outputs out; every rank learns their names and where the arrays begin */
+  struct {
+    char tmp[2][GJ_PATH_BUF];
+    uint64_t tok_at[2], off_at[2];
+  } lay;
+  memset(&lay, 0, sizeof lay);
+  double t_w0 = gj_now();
+  for (int s = 0; s < nout && !rc && rank == 0; s++) {
+    snprintf(lay.tmp[s], sizeof lay.tmp[s], "%s", o[s].tmp);
+    rc = gj_tokfile_create(o[s].tmp, tot[s][C_TOK], tot[s][C_DOC], tot[s][C_BYTES], source, &lay.tok_at[s], &lay.off_at[s]);
+  }
+  if ((rc = gj_agree(w, rc)) || (rc = gj_bcast(w, &lay, sizeof lay, 0))) goto done;
+  for (int s = 0; s < nout && !rc; s++) {
+    sk[s].path = lay.tmp[s], sk[s].tok_at = lay.tok_at[s], sk[s].off_at = lay.off_at[s];
+    sk[s].tb = malloc(TOK_BUF * 2), sk[s].ob = malloc(LEN_BUF * 8);
+    if (!sk[s].tb || !sk[s].ob) rc = GJ_FAIL("out of memory");
+    else if ((sk[s].fd = open(lay.tmp[s], O_WRONLY)) < 0) rc = GJ_FAIL("%s: cannot open: %s", lay.tmp[s], strerror(errno));
+    uint64_t zero = 0;
+    if (!rc && rank == 0) rc = gj_tokfile_pwrite(sk[s].fd, sk[s].path, &zero, 8, sk[s].off_at); /* doc_offsets[0] */
+  }
+  if (!rc) rc = route(&wk, parts, np, tok0, len0, docbase, cnt, frac, NULL, sk, sbase);
+  for (int s = 0; s < nout && !rc; s++)
+    if (fsync(sk[s].fd)) rc = GJ_FAIL("%s: cannot sync: %s", sk[s].path, strerror(errno));
+  if ((rc = gj_agree(w, rc))) goto done;
+  double t_write = gj_now() - t_w0;
+  for (int s = 0; s < nout && rank == 0; s++)
+    gj_info("%s: %llu documents, %llu tokens, %llu bytes (%.3f bytes/token)", o[s].path,
+            (unsigned long long)tot[s][C_DOC], (unsigned long long)tot[s][C_TOK], (unsigned long long)tot[s][C_BYTES],
+            tot[s][C_TOK] ? (double)tot[s][C_BYTES] / tot[s][C_TOK] : 0.0);
+  uint64_t all_text = tot[0][C_BYTES] + tot[1][C_BYTES];
+  gj_info("tokenize: %.1f MB of text in %zu parts on %d ranks: %.2f s tokenizing (%.1f MB/s; CPU %.2f s on the busiest "
+          "rank, %.2f s in all: %.1f MB per CPU second), %.2f s writing",
+          all_text / 1e6, np, size, t_tok, t_tok > 0 ? all_text / 1e6 / t_tok : 0.0, cpu[0], cpu[1],
+          cpu[1] > 0 ? all_text / 1e6 / cpu[1] : 0.0, t_write);
   /* both files complete: rename them into place together */
   gj_signals_hold(1); /* both outputs new, or both old */
-  for (int i = 0; i < (valid_out ? 2 : 1) && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
+  for (int i = 0; i < nout && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
   gj_signals_hold(0);
   rc = gj_agree(w, rc);
 done:
-  free(tr), free(va);
-  gj_tokenizer_free(t);
-  gj_docs_free(&docs);
+  for (int s = 0; s < 2; s++) {
+    if (sk[s].fd >= 0) close(sk[s].fd);
+    free(sk[s].tb), free(sk[s].ob);
+  }
+  spool_close(&wk.tok), spool_close(&wk.len);
+  free(wk.ids.v);
+  gj_tokenizer_free(wk.t);
+  free(cnt), free(scnt), free(tok0), free(len0), free(docbase), free(sbase), free(parts);
+  strlist_free(&files);
   gj_outfile_abort(&o[0]), gj_outfile_abort(&o[1]); /* no-ops once committed */
   return rc;
 }
