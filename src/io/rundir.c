@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
   char name[64];
@@ -99,35 +100,23 @@ int64_t gj_rundir_latest(const char *dir) {
   return s;
 }
 
-/* Write text to path under a temporary name, synced, renamed. */
+/* Write text to path as every output is written (io/outfile.h): a temporary beside it,
+ * synced, renamed, the directory synced. */
 static int write_atomic(const char *path, const char *text, size_t len) {
-  char tmp[GJ_PATH_BUF];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp) return GJ_FAIL("%.200s...: path too long", path);
-  gj_tmp_register(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return gj_tmp_unregister(tmp), GJ_FAIL("%s: %s", tmp, strerror(errno));
-  int bad = 0;
-  for (size_t off = 0; off < len && !bad;) {
+  gj_outfile o;
+  GJ_TRY(gj_outfile_begin(&o, path));
+  int fd = open(o.tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return gj_outfile_abort(&o), GJ_FAIL("%s: %s", o.tmp, strerror(errno));
+  int e = 0;
+  for (size_t off = 0; off < len && !e;) {
     ssize_t w = write(fd, text + off, len - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) bad = 1;
+    if (w <= 0) e = w < 0 ? errno : EIO;
     else off += (size_t)w;
   }
-  int e = errno;
-  bad |= fsync(fd) != 0;
-  bad |= close(fd) != 0;
-  if (bad) {
-    unlink(tmp), gj_tmp_unregister(tmp);
-    return GJ_FAIL("%s: write failed: %s", tmp, strerror(e ? e : errno));
-  }
-  if (rename(tmp, path)) {
-    e = errno;
-    unlink(tmp), gj_tmp_unregister(tmp);
-    return GJ_FAIL("%s: %s", path, strerror(e));
-  }
-  gj_tmp_unregister(tmp);
-  return 0;
+  if (close(fd) && !e) e = errno;
+  if (e) return gj_outfile_abort(&o), GJ_FAIL("%s: write failed: %s", o.tmp, strerror(e));
+  return gj_outfile_commit(&o);
 }
 
 int gj_ckpt_set_latest(const char *dir, const char *path) {
@@ -359,10 +348,8 @@ static void *heartbeat(void *arg) {
 
 static void release_at_exit(void) { gj_rundir_unlock(); }
 
-int gj_rundir_lock(const char *dir) {
-  if (lk.held) return 0;
-  GJ_TRY(gj_path_join(lk.path, sizeof lk.path, dir, "lock"));
-  lk.stale_s = stale_seconds();
+/* This process's lock text (pid, host, job, time, process start, and a fresh token). */
+static void lock_text(char *text, size_t n) {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   const char *job = getenv("SLURM_JOB_ID");
@@ -372,33 +359,43 @@ int gj_rundir_lock(const char *dir) {
   strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
   snprintf(lk.token, sizeof lk.token, "%08lx%08lx", (unsigned long)getpid() ^ (unsigned long)now,
            (unsigned long)(gj_now() * 1e6));
-  char text[1024];
   unsigned long long start = 0;
   proc_state((long)getpid(), &start);
-  snprintf(text, sizeof text, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
+  snprintf(text, n, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
            (long)getpid(), host, job && *job ? job : "-", when, start, lk.token);
+}
+
+/* The lock file fd was just created: write text into it and start the heartbeat. */
+static int hold(int fd, const char *text) {
+  size_t len = strlen(text);
+  int bad = write(fd, text, len) != (ssize_t)len;
+  bad |= fsync(fd) != 0;
+  bad |= close(fd) != 0;
+  if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
+  lk.held = 1, lk.stop = 0, lk.lost = 0;
+  gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
+  static int registered;
+  if (!registered) atexit(release_at_exit), registered = 1;
+  if (pthread_create(&lk.thread, NULL, heartbeat, NULL)) {
+    gj_rundir_unlock();
+    return GJ_FAIL("%s: cannot start the lock's heartbeat thread", lk.path);
+  }
+  return 0;
+}
+
+int gj_rundir_lock(const char *dir) {
+  if (lk.held) return 0;
+  GJ_TRY(gj_path_join(lk.path, sizeof lk.path, dir, "lock"));
+  lk.stale_s = stale_seconds();
+  char text[1024];
+  lock_text(text, sizeof text);
   struct stat ls;
   if (lstat(lk.path, &ls) == 0 && !S_ISREG(ls.st_mode))
     return GJ_FAIL("%s: is %s, not a regular file: the run directory keeps its lock under this name; remove it",
                    lk.path, S_ISDIR(ls.st_mode) ? "a directory" : S_ISLNK(ls.st_mode) ? "a symbolic link" : "a special file");
   for (int attempt = 0; attempt < 5; attempt++) {
     int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd >= 0) {
-      size_t len = strlen(text);
-      int bad = write(fd, text, len) != (ssize_t)len;
-      bad |= fsync(fd) != 0;
-      bad |= close(fd) != 0;
-      if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
-      lk.held = 1, lk.stop = 0, lk.lost = 0;
-      gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
-      static int registered;
-      if (!registered) atexit(release_at_exit), registered = 1;
-      if (pthread_create(&lk.thread, NULL, heartbeat, NULL)) {
-        gj_rundir_unlock();
-        return GJ_FAIL("%s: cannot start the lock's heartbeat thread", lk.path);
-      }
-      return 0;
-    }
+    if (fd >= 0) return hold(fd, text);
     if (errno != EEXIST) return GJ_FAIL("%s: cannot create the lock: %s", lk.path, strerror(errno));
     char held[1024] = "";
     struct stat st;
