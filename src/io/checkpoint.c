@@ -11,10 +11,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common.h"
-#include "io/crc32.h"
+#include "io/ckptshare.h"
 #include "io/h5util.h"
 #include "model/gemm.h"
 
@@ -24,125 +23,6 @@
  * that adding a step's tokens cannot overflow int64). */
 #define CKPT_MAX_STEP ((int64_t)1000000000000)
 #define CKPT_MAX_TOKENS ((int64_t)1 << 62)
-
-/* The ranks holding the same slice of a tensor share the work on it: replicated tensors over
- * the whole world, TP-sharded ones over their DP group. */
-static void replica_group(gj_grid *g, const gj_tensor *t, MPI_Comm *comm, int *n, int *k) {
-  int whole = t->shard == GJ_SHARD_NONE;
-  if (comm) *comm = whole ? g->world : g->dp;
-  *n = whole ? g->size : g->dp_size;
-  *k = whole ? g->rank : g->dp_rank;
-}
-
-/* Rows [*a, *b) of the local slice that replica k of n handles. Inner boundaries fall on
- * global rows that are multiples of unit (the chunk height of a compressed dataset), so that
- * each chunk has one writer. */
-static void replica_rows(const gj_tensor *t, int n, int k, int64_t unit, int64_t *a, int64_t *b) {
-  int64_t end = t->row0 + t->lrows;
-  int64_t cut[2];
-  for (int j = 0; j < 2; j++) {
-    int64_t kk = k + j;
-    int64_t r = t->row0 + t->lrows * kk / n;
-    if (kk > 0 && kk < n) r = GJ_MIN(end, GJ_MAX(t->row0, (r + unit - 1) / unit * unit));
-    cut[j] = r - t->row0;
-  }
-  *a = cut[0], *b = cut[1];
-}
-
-/* zlib CRC-32 of n bytes, with the OpenMP threads on pieces when n is large. */
-static uint32_t crc_bytes(const void *p, size_t n) {
-  const unsigned char *c = p;
-  size_t piece = (size_t)8 << 20;
-  int np = (int)GJ_MIN((n + piece - 1) / piece, (size_t)256);
-  if (np <= 1) return gj_crc32(0, c, n);
-  size_t len = (n + np - 1) / np;
-  uLong part[256];
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < np; i++) {
-    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
-    part[i] = lo < hi ? gj_crc32(0, c + lo, hi - lo) : 0;
-  }
-  uLong r = part[0];
-  for (int i = 1; i < np; i++) {
-    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
-    if (lo < hi) r = crc32_combine64(r, part[i], (z_off64_t)(hi - lo));
-  }
-  return (uint32_t)r;
-}
-
-/* Whether a tensor's global rows interleave the TP slices (column-sharded at TP > 1): its
- * CRC is then assembled from one CRC per row segment, else from one per slice. */
-static int crc_per_row(const gj_grid *g, const gj_tensor *t) {
-  return t->shard == GJ_SHARD_COLS && g->tp_size > 1;
-}
-
-/* The last step of a tensor's CRC: slice holds, at this rank's TP position (0 for replicated
- * tensors), the CRC of its slice or of each row segment of it; exchange them over the TP group
- * and combine in global order. */
-static int slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out) {
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int64_t units = crc_per_row(g, t) ? t->lrows : 1;
-  if (tp > 1) {
-    int e = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slice, (int)units, MPI_UINT32_T, g->tp);
-    if (e != MPI_SUCCESS) return gj_mpi_fail(e, "MPI_Allgather(crc)");
-  }
-  size_t seglen = (size_t)t->lcols * sizeof(float);
-  uLong r = 0;
-  if (units > 1) { /* global row i is the segments of row i of every TP rank */
-    uLong op = crc32_combine_gen64((z_off64_t)seglen);
-    for (int64_t i = 0; i < t->lrows; i++)
-      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, slice[q * units + i], op);
-  } else {
-    for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
-  }
-  *out = (uint32_t)r;
-  return 0;
-}
-
-/* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice. The replicas
- * of a slice checksum a share of its rows each (one CRC, or one per row segment), exchange
- * them, and the slices are combined by slices_crc: every layout gives the same value. */
-static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
-  MPI_Comm rcomm;
-  int nrep, krep;
-  replica_group(g, t, &rcomm, &nrep, &krep);
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = crc_per_row(g, t);
-  size_t seglen = (size_t)t->lcols * sizeof(float);
-  int64_t units = per_row ? t->lrows : 1, nparts = per_row ? t->lrows : nrep;
-  uint32_t *slice = malloc((units * tp + nparts) * sizeof(uint32_t) + 2 * nrep * sizeof(int));
-  if (!slice) return GJ_FAIL("out of memory");
-  uint32_t *part = slice + units * tp, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
-  int *cnt = (int *)(part + nparts), *dsp = cnt + nrep;
-  int64_t a, b;
-  for (int k = 0; k < nrep; k++) {
-    replica_rows(t, nrep, k, 1, &a, &b);
-    cnt[k] = per_row ? (int)(b - a) : 1, dsp[k] = per_row ? (int)a : k;
-  }
-  replica_rows(t, nrep, krep, 1, &a, &b);
-  if (per_row) {
-#pragma omp parallel for schedule(static) if (b - a > 64)
-    for (int64_t i = a; i < b; i++) part[i] = gj_crc32(0, local + i * t->lcols, seglen);
-  } else {
-    part[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
-  }
-  int e = nrep > 1 ? MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, part, cnt, dsp, MPI_UINT32_T, rcomm)
-                   : MPI_SUCCESS;
-  if (e != MPI_SUCCESS) return free(slice), gj_mpi_fail(e, "MPI_Allgatherv(crc)");
-  if (per_row) {
-    memcpy(own, part, t->lrows * sizeof(uint32_t));
-  } else { /* the replicas' parts in order */
-    uLong r = 0;
-    for (int k = 0; k < nrep; k++) {
-      replica_rows(t, nrep, k, 1, &a, &b);
-      r = crc32_combine64(r, part[k], (z_off64_t)((b - a) * seglen));
-    }
-    own[0] = (uint32_t)r;
-  }
-  int rc = slices_crc(g, t, slice, out);
-  free(slice);
-  return rc;
-}
 
 /* Start the disk on the rows just written (a contiguous dataset), so that the final fsync
  * finds little left to do: writeback overlaps the CRCs and copies of the next tensors. */
@@ -208,17 +88,15 @@ static int write_selection(hid_t d, hid_t fs, int fd, const char *path, const gj
 static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t,
                         const float *local, int compress, hid_t dxpl) {
   uint32_t crc;
-  GJ_TRY(tensor_crc(g, t, local, &crc));
+  GJ_TRY(gj_ckptshare_crc(g, t, local, &crc));
   int64_t unit;
   hid_t d = create_dataset(f, path, t, compress, &unit);
   if (d < 0) return -1;
   /* One copy of each element is written: the replicas of a slice write a share of its rows
    * each (whole chunks when compressed, so that each chunk is compressed by one rank).
    * Everyone takes part in the collective call. */
-  int nrep, krep;
   int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, unit, &a, &b);
+  gj_ckptshare_rows(g, t, unit, &a, &b);
   hid_t fs = H5Dget_space(d);
   if (b > a) {
     hsize_t start[2] = {(hsize_t)(t->row0 + a), (hsize_t)t->col0};
@@ -231,7 +109,7 @@ static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_
 
 /* Read this rank's share of its slice of a tensor (the replicas of a slice read a share of
  * its rows each, whole chunks of a compressed dataset; no collectives) and the stored CRC.
- * *unit: the row granularity of the shares, for share_rows. */
+ * *unit: the row granularity of the shares, for gj_ckptshare_gather_rows. */
 static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
                       float *local, uint32_t *want, int64_t *unit) {
   *unit = 1;
@@ -248,10 +126,8 @@ static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, 
     if (at >= 0) H5Aclose(at);
     H5Dclose(d);
   }
-  int nrep, krep;
   int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, *unit, &a, &b);
+  gj_ckptshare_rows(g, t, *unit, &a, &b);
   /* the read names a missing or misshapen dataset; the CRC check comes after */
   GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
                               b - a, t->lcols, local + a * t->lcols));
@@ -269,129 +145,23 @@ static void prefetch_share(hid_t f, int fd, const char *path, gj_grid *g, const 
   haddr_t off = H5Dget_offset(d);
   H5Dclose(d);
   if (off == HADDR_UNDEF) return; /* chunked */
-  int nrep, krep;
   int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, 1, &a, &b);
+  gj_ckptshare_rows(g, t, 1, &a, &b);
   off_t row = (off_t)t->cols * (off_t)sizeof(float);
   if (b > a) posix_fadvise(fd, (off_t)off + (t->row0 + a) * row, (b - a) * row, POSIX_FADV_WILLNEED);
 }
 
-/* Give every replica of a slice the rows the others read (collective over the replicas). */
-static int share_rows(gj_grid *g, const gj_tensor *t, float *local, int64_t unit) {
-  MPI_Comm comm;
-  int nrep, krep;
-  replica_group(g, t, &comm, &nrep, &krep);
-  if (nrep == 1) return 0;
-  int *cnt = malloc(2 * nrep * sizeof(int)), *dsp = cnt + nrep;
-  if (!cnt) return GJ_FAIL("out of memory");
-  for (int k = 0; k < nrep; k++) {
-    int64_t a, b;
-    replica_rows(t, nrep, k, unit, &a, &b);
-    cnt[k] = (int)((b - a) * t->lcols), dsp[k] = (int)(a * t->lcols);
-  }
-  int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, local, cnt, dsp, MPI_FLOAT, comm);
-  free(cnt);
-  return e == MPI_SUCCESS ? 0 : gj_mpi_fail(e, "MPI_Allgatherv(checkpoint rows)");
-}
-
-/* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges: the
- * elements of its local slice each DP rank owns, and (loading) the owned part of a whole
- * slice kept. */
-static int zero_counts(const gj_state *st, const gj_grid *g, const gj_tensor *t, int *cnt, int *dsp) {
-  size_t P = st->n;
-  for (int r = 0; r < g->dp_size; r++) {
-    size_t lo = GJ_MAX(t->offset, r * P), hi = GJ_MIN(t->offset + t->numel, (r + 1) * P);
-    cnt[r] = hi > lo ? (int)(hi - lo) : 0;
-    dsp[r] = hi > lo ? (int)(lo - t->offset) : 0;
-  }
-  return t->numel > (size_t)INT32_MAX ? GJ_FAIL("tensor %s too large for ZeRO staging", t->name) : 0;
-}
-
-static void zero_keep(gj_state *m, const gj_tensor *t, const float *full, float *shard) {
-  size_t lo = GJ_MAX(t->offset, m->lo), hi = GJ_MIN(t->offset + t->numel, m->lo + m->n);
-  for (size_t k = lo; k < hi; k++) shard[k - m->lo] = full[k - t->offset];
-}
-
-/* Elements [lo, hi) of a local slice, cut where a CRC piece ends: at row ends when the
- * global rows interleave the TP slices (per_row), else nowhere. Calls fn for each piece. */
-static int pieces(const gj_tensor *t, int64_t lo, int64_t hi, int per_row,
-                  void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
-  int n = 0;
-  while (lo < hi) {
-    int64_t end = per_row ? GJ_MIN(hi, (lo / t->lcols + 1) * t->lcols) : hi;
-    if (fn) fn(ctx, lo, end);
-    lo = end, n++;
-  }
-  return n;
-}
-
-typedef struct {
-  const float *base; /* element `off` of the local slice */
-  int64_t off;
-  uint32_t *crc;
-  int64_t *start, *len; /* per piece, in elements of the local slice */
-  int n;
-} piece_ctx;
-
-static void piece_crc(void *c, int64_t lo, int64_t hi) {
-  piece_ctx *p = c;
-  if (p->crc) p->crc[p->n] = crc_bytes(p->base + (lo - p->off), (size_t)(hi - lo) * sizeof(float));
-  if (p->start) p->start[p->n] = lo, p->len[p->n] = hi - lo;
-  p->n++;
-}
-
-/* The tensor's CRC from the DP ranks' owned ranges (ZeRO-1): each checksums its range in
- * pieces, the pieces are gathered over DP and combined into the slice's CRC (or its rows'),
- * then slices_crc as for tensor_crc. */
-static int owned_crc(gj_state *m, gj_grid *g, const gj_tensor *t, const float *shard, const int *cnt,
-                     const int *dsp, uint32_t *out) {
-  int dp = g->dp_size, me = g->dp_rank;
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = crc_per_row(g, t);
-  int *pc = malloc(2 * dp * sizeof(int)), *pd = pc + dp, np = 0;
-  if (!pc) return GJ_FAIL("out of memory");
-  for (int r = 0; r < dp; r++) pd[r] = np, np += pc[r] = pieces(t, dsp[r], dsp[r] + cnt[r], per_row, NULL, NULL);
-  int64_t units = per_row ? t->lrows : 1;
-  uint32_t *crc = malloc(np * sizeof(uint32_t) + units * tp * sizeof(uint32_t));
-  int64_t *start = malloc(2 * (size_t)GJ_MAX(np, 1) * sizeof(int64_t));
-  if (!crc || !start) return free(pc), free(crc), free(start), GJ_FAIL("out of memory");
-  uint32_t *slice = crc + np, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
-  piece_ctx all = {NULL, 0, NULL, start, start + GJ_MAX(np, 1), 0};
-  for (int r = 0; r < dp; r++) pieces(t, dsp[r], dsp[r] + cnt[r], per_row, piece_crc, &all);
-  piece_ctx mine = {shard, dsp[me], crc + pd[me], NULL, NULL, 0};
-  pieces(t, dsp[me], dsp[me] + cnt[me], per_row, piece_crc, &mine);
-  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, pc, pd, MPI_UINT32_T, g->dp);
-  if (rc != MPI_SUCCESS) {
-    rc = gj_mpi_fail(rc, "MPI_Allgatherv(crc)");
-  } else {
-    for (int64_t i = 0; i < units; i++) own[i] = 0; /* the CRC of nothing */
-    for (int k = 0; k < np; k++) {
-      int64_t row = per_row ? start[k] / t->lcols : 0;
-      own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
-    }
-    rc = slices_crc(g, t, slice, out);
-  }
-  free(pc), free(crc), free(start);
-  return rc;
-}
-
-/* Under ZeRO-1 each DP rank writes the moments it owns: elements [dsp, dsp + cnt) of the
- * tensor's local slice, a union of at most three blocks of the dataset (a partial row, whole
- * rows, a partial row). Replicated tensors are written by the DP group of TP rank 0. */
+/* Under ZeRO-1 each DP rank writes the moments it owns: elements [lo, hi) of the tensor's
+ * local slice, a union of at most three blocks of the dataset (a partial row, whole rows, a
+ * partial row). Replicated tensors are written by the DP group of TP rank 0. */
 static int write_owned(hid_t f, int fd, const char *path, gj_state *m, gj_grid *g, const gj_tensor *t,
                        const float *shard_block, int compress, hid_t dxpl) {
-  int dp = g->dp_size, me = g->dp_rank;
-  int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
-  if (!cnt) return GJ_FAIL("out of memory");
-  int rc = zero_counts(m, g, t, cnt, dsp);
-  const float *mine = shard_block + (t->offset + dsp[me]) - m->lo;
+  int64_t unit, lo, hi;
+  gj_ckptshare_owned(m, t, g->dp_rank, &lo, &hi);
+  const float *mine = shard_block + (t->offset + lo) - m->lo;
   uint32_t crc = 0;
-  if (!rc) rc = owned_crc(m, g, t, mine, cnt, dsp, &crc);
-  int64_t unit, lo = dsp[me], hi = dsp[me] + cnt[me];
+  GJ_TRY(gj_ckptshare_owned_crc(m, g, t, mine, &crc));
   if (t->shard == GJ_SHARD_NONE && g->tp_rank != 0) hi = lo;
-  free(cnt);
-  if (rc) return rc;
   hid_t d = create_dataset(f, path, t, compress, &unit);
   if (d < 0) return -1;
   hid_t fs = H5Dget_space(d);
@@ -675,8 +445,8 @@ int gj_ckpt_load(const char *path, gj_state *m, gj_grid *g, gj_ckpt_meta *meta, 
       rc = (GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), path), GJ_STOPPED);
     if (!rc) rc = read_share(f, path, p, g, t, local, &want, &unit);
     if (!(rc = gj_agree(g->world, rc))) {
-      rc = share_rows(g, t, local, unit);
-      if (!rc) rc = tensor_crc(g, t, local, &got);
+      rc = gj_ckptshare_gather_rows(g, t, local, unit);
+      if (!rc) rc = gj_ckptshare_crc(g, t, local, &got);
       if (!rc && got != want)
         rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
       /* a checkpoint of a run that diverged (or was edited) trains and evaluates to NaN */
@@ -695,7 +465,7 @@ int gj_ckpt_load(const char *path, gj_state *m, gj_grid *g, gj_ckpt_meta *meta, 
       free(stage);
       return rc;
     }
-    if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
+    if (b && m->zero) gj_ckptshare_keep_owned(m, t, stage, blocks[b]);
   }
   if (fd >= 0) close(fd);
   free(stage);
@@ -785,7 +555,7 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
                           int64_t rows, int64_t cols) {
   char p[512];
   snprintf(p, sizeof p, "/model/%s", name);
-  uint32_t c32 = crc_bytes(data, (size_t)rows * cols * sizeof(float));
+  uint32_t c32 = gj_ckptshare_crc_bytes(data, (size_t)rows * cols * sizeof(float));
   int64_t dims[2] = {rows, cols};
   GJ_TRY(gj_h5_write_f32((hid_t)w->f, p, data, ndim, dims));
   hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
@@ -817,6 +587,6 @@ int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float
   if (a >= 0) H5Aclose(a);
   H5Dclose(d);
   if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", path, p);
-  if (crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
+  if (gj_ckptshare_crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
   return 0;
 }
