@@ -19,6 +19,8 @@
 #include "model/gemm.h"
 #include "parallel/gather.h"
 
+_Static_assert(sizeof(hid_t) == sizeof(gj_ckpt_file), "gj_ckpt_file holds an hid_t");
+
 /* The three blocks of a checkpoint and their HDF5 prefixes. */
 static const char *const block_prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
 
@@ -338,16 +340,30 @@ int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok) {
   return rc;
 }
 
-int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out) {
+int gj_ckpt_reader_open(gj_ckpt_reader *r, const char *path) {
+  hid_t f;
+  r->f = -1;
+  snprintf(r->path, sizeof r->path, "%s", path);
+  GJ_TRY(open_checked(path, &f, NULL));
+  r->f = f;
+  return 0;
+}
+
+int gj_ckpt_reader_tensor(gj_ckpt_reader *r, const gj_tensor *t, float *out) {
   char p[512];
   snprintf(p, sizeof p, "/model/%s", t->name);
-  GJ_TRY(gj_h5_read_block_f32((hid_t)f, path, p, t->rows, t->cols, t->ndim, 0, 0, t->rows, t->cols, out));
+  GJ_TRY(gj_h5_read_block_f32((hid_t)r->f, r->path, p, t->rows, t->cols, t->ndim, 0, 0, t->rows, t->cols, out));
   uint32_t want;
-  hid_t d = H5Dopen2((hid_t)f, p, H5P_DEFAULT);
+  hid_t d = H5Dopen2((hid_t)r->f, p, H5P_DEFAULT);
   int e = gj_ckpttensor_read_crc(d, &want);
   if (d >= 0) H5Dclose(d);
-  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute", path, p);
+  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute", r->path, p);
   if (gj_ckptshare_crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want)
-    return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
+    return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", r->path, p);
   return 0;
+}
+
+void gj_ckpt_reader_close(gj_ckpt_reader *r) {
+  if (r->f > 0) H5Fclose((hid_t)r->f);
+  r->f = -1;
 }
