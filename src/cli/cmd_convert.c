@@ -1,7 +1,6 @@
 /* gptj convert: Hugging Face GPT-J (config.json + safetensors, single or sharded; F32, F16 or
  * BF16) <-> gptj-mpi checkpoints, streaming one tensor at a time (memory: the largest tensor). */
 #include <errno.h>
-#include <hdf5.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,6 @@
 #include "cli/memcheck.h"
 #include "common.h"
 #include "io/checkpoint.h"
-#include "io/h5util.h"
 #include "io/hf.h"
 #include "io/outfile.h"
 #include "io/safetensors.h"
@@ -132,8 +130,8 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   if (!rc) rc = gj_mem_check_local(8.0 * mx, "converting one tensor at a time");
   float *buf = rc ? NULL : malloc(mx * sizeof(float));
   if (!rc && !buf) rc = GJ_FAIL("out of memory for a tensor of %zu floats", mx);
-  hid_t f = -1;
-  if (!rc) rc = gj_h5_open_read(ckpt, &f);
+  gj_ckpt_reader rd = {0};
+  if (!rc) rc = gj_ckpt_reader_open(&rd, ckpt);
   /* Both files go to temporaries first (config.json, then the tensors); only when both are
    * complete are they renamed into place, so a failure leaves the old ones as they were. */
   gj_outfile cfg = {0};
@@ -149,7 +147,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   if (!rc) rc = gj_st_write_begin(&w, st_path, dt, n, sn, snd, (const int64_t(*)[2])ssh), begun = !rc;
   for (int i = 0; i < n && !rc; i++) {
     const gj_tensor *t = &l.t[order[i]];
-    rc = gj_ckpt_read_tensor(ckpt, f, t, buf);
+    rc = gj_ckpt_reader_tensor(&rd, t, buf);
     if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
   }
   gj_signals_hold(1); /* model.safetensors and config.json both new, or both old */
@@ -160,7 +158,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   if (!rc) rc = gj_outfile_commit(&cfg);
   gj_signals_hold(0);
   gj_outfile_abort(&cfg);
-  if (buf && f >= 0) H5Fclose(f);
+  gj_ckpt_reader_close(&rd);
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
   free(order), free(sn), free(snd), free(ssh), free(buf);
   gj_layout_free(&l);

@@ -14,7 +14,7 @@
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
-#include "io/h5util.h"
+#include "io/filekind.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
@@ -336,13 +336,9 @@ int gj_cmd_info(int argc, char **argv) {
   int rc = gj_args_parse(&cl, argc, argv, pos, &np);
   if (rc) return rc > 0 ? 0 : rc;
   if (np != 1) return GJ_FAIL("expected one file (see --help)");
-  hid_t f;
-  GJ_TRY(gj_h5_open_read(pos[0], &f));
-  char fmt[64] = "";
-  int is_ds = H5Aexists(f, "format") > 0 && !gj_h5_attr_str(f, pos[0], "format", fmt, sizeof fmt) &&
-              !strcmp(fmt, "gptj-mpi-tokens");
-  H5Fclose(f);
-  if (!is_ds) return gj_ckpt_info(pos[0]);
+  gj_filekind kind;
+  GJ_TRY(gj_filekind_of(pos[0], &kind));
+  if (kind != GJ_FILE_TOKENS) return gj_ckpt_info(pos[0]);
   gj_dataset d;
   GJ_TRY(gj_dataset_read(&d, pos[0], 0));
   printf("file: %s\nformat: gptj-mpi-tokens\ntokenizer: gpt2 (vocab %lld, eot 50256)\n"

@@ -1,6 +1,5 @@
 #include "io/checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
@@ -11,438 +10,85 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common.h"
-#include "io/crc32.h"
+#include "io/ckptattr.h"
+#include "io/ckptshare.h"
+#include "io/ckpttensor.h"
 #include "io/h5util.h"
 #include "model/gemm.h"
+#include "parallel/gather.h"
 
-#define CKPT_FORMAT "gptj-mpi-checkpoint"
-#define CKPT_VERSION 1
-/* Ranges of the step and token counters read back: the largest --steps, and 2^62 tokens (so
- * that adding a step's tokens cannot overflow int64). */
-#define CKPT_MAX_STEP ((int64_t)1000000000000)
-#define CKPT_MAX_TOKENS ((int64_t)1 << 62)
-
-/* The ranks holding the same slice of a tensor share the work on it: replicated tensors over
- * the whole world, TP-sharded ones over their DP group. */
-static void replica_group(gj_grid *g, const gj_tensor *t, MPI_Comm *comm, int *n, int *k) {
-  int whole = t->shard == GJ_SHARD_NONE;
-  if (comm) *comm = whole ? g->world : g->dp;
-  *n = whole ? g->size : g->dp_size;
-  *k = whole ? g->rank : g->dp_rank;
-}
-
-/* Rows [*a, *b) of the local slice that replica k of n handles. Inner boundaries fall on
- * global rows that are multiples of unit (the chunk height of a compressed dataset), so that
- * each chunk has one writer. */
-static void replica_rows(const gj_tensor *t, int n, int k, int64_t unit, int64_t *a, int64_t *b) {
-  int64_t end = t->row0 + t->lrows;
-  int64_t cut[2];
-  for (int j = 0; j < 2; j++) {
-    int64_t kk = k + j;
-    int64_t r = t->row0 + t->lrows * kk / n;
-    if (kk > 0 && kk < n) r = GJ_MIN(end, GJ_MAX(t->row0, (r + unit - 1) / unit * unit));
-    cut[j] = r - t->row0;
-  }
-  *a = cut[0], *b = cut[1];
-}
-
-/* zlib CRC-32 of n bytes, with the OpenMP threads on pieces when n is large. */
-static uint32_t crc_bytes(const void *p, size_t n) {
-  const unsigned char *c = p;
-  size_t piece = (size_t)8 << 20;
-  int np = (int)GJ_MIN((n + piece - 1) / piece, (size_t)256);
-  if (np <= 1) return gj_crc32(0, c, n);
-  size_t len = (n + np - 1) / np;
-  uLong part[256];
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < np; i++) {
-    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
-    part[i] = lo < hi ? gj_crc32(0, c + lo, hi - lo) : 0;
-  }
-  uLong r = part[0];
-  for (int i = 1; i < np; i++) {
-    size_t lo = (size_t)i * len, hi = GJ_MIN(n, lo + len);
-    if (lo < hi) r = crc32_combine64(r, part[i], (z_off64_t)(hi - lo));
-  }
-  return (uint32_t)r;
-}
-
-/* Whether a tensor's global rows interleave the TP slices (column-sharded at TP > 1): its
- * CRC is then assembled from one CRC per row segment, else from one per slice. */
-static int crc_per_row(const gj_grid *g, const gj_tensor *t) {
-  return t->shard == GJ_SHARD_COLS && g->tp_size > 1;
-}
-
-/* The last step of a tensor's CRC: slice holds, at this rank's TP position (0 for replicated
- * tensors), the CRC of its slice or of each row segment of it; exchange them over the TP group
- * and combine in global order. */
-static int slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out) {
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int64_t units = crc_per_row(g, t) ? t->lrows : 1;
-  if (tp > 1) {
-    int e = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slice, (int)units, MPI_UINT32_T, g->tp);
-    if (e != MPI_SUCCESS) return gj_mpi_fail(e, "MPI_Allgather(crc)");
-  }
-  size_t seglen = (size_t)t->lcols * sizeof(float);
-  uLong r = 0;
-  if (units > 1) { /* global row i is the segments of row i of every TP rank */
-    uLong op = crc32_combine_gen64((z_off64_t)seglen);
-    for (int64_t i = 0; i < t->lrows; i++)
-      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, slice[q * units + i], op);
-  } else {
-    for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
-  }
-  *out = (uint32_t)r;
-  return 0;
-}
-
-/* CRC32 of the global tensor's row-major float32 bytes, from this rank's slice. The replicas
- * of a slice checksum a share of its rows each (one CRC, or one per row segment), exchange
- * them, and the slices are combined by slices_crc: every layout gives the same value. */
-static int tensor_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
-  MPI_Comm rcomm;
-  int nrep, krep;
-  replica_group(g, t, &rcomm, &nrep, &krep);
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = crc_per_row(g, t);
-  size_t seglen = (size_t)t->lcols * sizeof(float);
-  int64_t units = per_row ? t->lrows : 1, nparts = per_row ? t->lrows : nrep;
-  uint32_t *slice = malloc((units * tp + nparts) * sizeof(uint32_t) + 2 * nrep * sizeof(int));
-  if (!slice) return GJ_FAIL("out of memory");
-  uint32_t *part = slice + units * tp, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
-  int *cnt = (int *)(part + nparts), *dsp = cnt + nrep;
-  int64_t a, b;
-  for (int k = 0; k < nrep; k++) {
-    replica_rows(t, nrep, k, 1, &a, &b);
-    cnt[k] = per_row ? (int)(b - a) : 1, dsp[k] = per_row ? (int)a : k;
-  }
-  replica_rows(t, nrep, krep, 1, &a, &b);
-  if (per_row) {
-#pragma omp parallel for schedule(static) if (b - a > 64)
-    for (int64_t i = a; i < b; i++) part[i] = gj_crc32(0, local + i * t->lcols, seglen);
-  } else {
-    part[krep] = crc_bytes(local + a * t->lcols, (size_t)(b - a) * seglen);
-  }
-  int e = nrep > 1 ? MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, part, cnt, dsp, MPI_UINT32_T, rcomm)
-                   : MPI_SUCCESS;
-  if (e != MPI_SUCCESS) return free(slice), gj_mpi_fail(e, "MPI_Allgatherv(crc)");
-  if (per_row) {
-    memcpy(own, part, t->lrows * sizeof(uint32_t));
-  } else { /* the replicas' parts in order */
-    uLong r = 0;
-    for (int k = 0; k < nrep; k++) {
-      replica_rows(t, nrep, k, 1, &a, &b);
-      r = crc32_combine64(r, part[k], (z_off64_t)((b - a) * seglen));
-    }
-    own[0] = (uint32_t)r;
-  }
-  int rc = slices_crc(g, t, slice, out);
-  free(slice);
-  return rc;
-}
-
-/* Start the disk on the rows just written (a contiguous dataset), so that the final fsync
- * finds little left to do: writeback overlaps the CRCs and copies of the next tensors. */
-static void start_writeback(int fd, hid_t d, const gj_tensor *t, int64_t a, int64_t b) {
-#ifdef SYNC_FILE_RANGE_WRITE
-  haddr_t off = H5Dget_offset(d);
-  off_t row = (off_t)t->cols * (off_t)sizeof(float);
-  if (fd >= 0 && off != HADDR_UNDEF && b > a)
-    sync_file_range(fd, (off_t)off + (t->row0 + a) * row, (b - a) * row, SYNC_FILE_RANGE_WRITE);
-#endif
-}
-
-/* Create a tensor's dataset (its global shape; chunked, shuffled and deflated when compress
- * is 1..9). *chunk_rows: rows per chunk (1 when contiguous). */
-static hid_t create_dataset(hid_t f, const char *path, const gj_tensor *t, int compress,
-                            int64_t *chunk_rows) {
-  hsize_t dims[2] = {(hsize_t)t->rows, (hsize_t)t->cols};
-  hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-  hsize_t ch[2] = {1, 1};
-  if (compress) {
-    /* Large chunks (about 4 MB) of whole rows: few chunks keep collective filtered writes
-     * fast and safe. Byte shuffle first: it groups the floats' exponent bytes, which
-     * compress well, and makes deflate both faster and tighter on weights and moments. */
-    ch[1] = t->ndim == 2 ? dims[1] : 1;
-    ch[0] = (hsize_t)GJ_MAX(1, GJ_MIN((int64_t)dims[0], ((int64_t)1 << 20) / (int64_t)ch[1]));
-    H5Pset_chunk(dcpl, t->ndim, ch);
-    H5Pset_shuffle(dcpl);
-    H5Pset_deflate(dcpl, (unsigned)compress);
-  }
-  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-  H5Pset_create_intermediate_group(lcpl, 1);
-  hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
-  H5Pclose(lcpl), H5Pclose(dcpl), H5Sclose(sp);
-  *chunk_rows = (int64_t)ch[0];
-  if (d < 0) GJ_H5_FAIL("cannot create dataset %s", path);
-  return d;
-}
-
-/* The collective write of n elements from buf to the selection fs of dataset d (closes d and
- * fs), then its crc32 attribute. Rows [a, b) of the local slice: where writeback starts. */
-static int write_selection(hid_t d, hid_t fs, int fd, const char *path, const gj_tensor *t,
-                           const float *buf, hsize_t n, int64_t a, int64_t b, uint32_t crc,
-                           hid_t dxpl) {
-  hid_t ms = H5Screate_simple(1, &n, NULL);
-  if (!n) H5Sselect_none(fs), H5Sselect_none(ms);
-  herr_t wr = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
-  H5Sclose(ms), H5Sclose(fs);
-  if (wr >= 0) start_writeback(fd, d, t, a, b);
-  int rc = wr < 0 ? GJ_H5_FAIL("cannot write %s (disk full?)", path) : 0;
-  if (!rc) {
-    hid_t as = H5Screate(H5S_SCALAR);
-    hid_t at = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-    if (at < 0 || H5Awrite(at, H5T_NATIVE_UINT32, &crc) < 0) rc = GJ_H5_FAIL("cannot write crc32 of %s", path);
-    if (at >= 0) H5Aclose(at);
-    H5Sclose(as);
-  }
-  H5Dclose(d);
-  return rc;
-}
-
-static int write_tensor(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t,
-                        const float *local, int compress, hid_t dxpl) {
-  uint32_t crc;
-  GJ_TRY(tensor_crc(g, t, local, &crc));
-  int64_t unit;
-  hid_t d = create_dataset(f, path, t, compress, &unit);
-  if (d < 0) return -1;
-  /* One copy of each element is written: the replicas of a slice write a share of its rows
-   * each (whole chunks when compressed, so that each chunk is compressed by one rank).
-   * Everyone takes part in the collective call. */
-  int nrep, krep;
-  int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, unit, &a, &b);
-  hid_t fs = H5Dget_space(d);
-  if (b > a) {
-    hsize_t start[2] = {(hsize_t)(t->row0 + a), (hsize_t)t->col0};
-    hsize_t count[2] = {(hsize_t)(b - a), (hsize_t)t->lcols};
-    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-  }
-  return write_selection(d, fs, fd, path, t, local + a * t->lcols, (hsize_t)((b - a) * t->lcols),
-                         a, b, crc, dxpl);
-}
-
-/* Read this rank's share of its slice of a tensor (the replicas of a slice read a share of
- * its rows each, whole chunks of a compressed dataset; no collectives) and the stored CRC.
- * *unit: the row granularity of the shares, for share_rows. */
-static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
-                      float *local, uint32_t *want, int64_t *unit) {
-  *unit = 1;
-  herr_t r = -1;
-  GJ_TRY(gj_h5_plain_dataset(f, fname, path)); /* before anything follows a link */
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  if (d >= 0) {
-    hid_t dcpl = H5Dget_create_plist(d);
-    hsize_t ch[2] = {1, 1};
-    if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, ch) >= 1) *unit = (int64_t)GJ_MAX(ch[0], 1);
-    H5Pclose(dcpl);
-    hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
-    r = at >= 0 ? H5Aread(at, H5T_NATIVE_UINT32, want) : -1;
-    if (at >= 0) H5Aclose(at);
-    H5Dclose(d);
-  }
-  int nrep, krep;
-  int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, *unit, &a, &b);
-  /* the read names a missing or misshapen dataset; the CRC check comes after */
-  GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
-                              b - a, t->lcols, local + a * t->lcols));
-  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
-  return 0;
-}
-
-/* Ask the kernel to start reading this rank's share of a tensor (contiguous datasets), so
- * that the disk works while the previous tensor is exchanged and checked. */
-static void prefetch_share(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t) {
-  if (fd < 0) return;
-  if (gj_h5_plain_dataset(f, "", path)) return; /* the read reports what is wrong */
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  if (d < 0) return; /* the read reports it */
-  haddr_t off = H5Dget_offset(d);
-  H5Dclose(d);
-  if (off == HADDR_UNDEF) return; /* chunked */
-  int nrep, krep;
-  int64_t a, b;
-  replica_group(g, t, NULL, &nrep, &krep);
-  replica_rows(t, nrep, krep, 1, &a, &b);
-  off_t row = (off_t)t->cols * (off_t)sizeof(float);
-  if (b > a) posix_fadvise(fd, (off_t)off + (t->row0 + a) * row, (b - a) * row, POSIX_FADV_WILLNEED);
-}
-
-/* Give every replica of a slice the rows the others read (collective over the replicas). */
-static int share_rows(gj_grid *g, const gj_tensor *t, float *local, int64_t unit) {
-  MPI_Comm comm;
-  int nrep, krep;
-  replica_group(g, t, &comm, &nrep, &krep);
-  if (nrep == 1) return 0;
-  int *cnt = malloc(2 * nrep * sizeof(int)), *dsp = cnt + nrep;
-  if (!cnt) return GJ_FAIL("out of memory");
-  for (int k = 0; k < nrep; k++) {
-    int64_t a, b;
-    replica_rows(t, nrep, k, unit, &a, &b);
-    cnt[k] = (int)((b - a) * t->lcols), dsp[k] = (int)(a * t->lcols);
-  }
-  int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, local, cnt, dsp, MPI_FLOAT, comm);
-  free(cnt);
-  return e == MPI_SUCCESS ? 0 : gj_mpi_fail(e, "MPI_Allgatherv(checkpoint rows)");
-}
-
-/* Under ZeRO-1 the moments of tensor t are spread over the DP ranks by flat ranges: the
- * elements of its local slice each DP rank owns, and (loading) the owned part of a whole
- * slice kept. */
-static int zero_counts(const gj_state *st, const gj_grid *g, const gj_tensor *t, int *cnt, int *dsp) {
-  size_t P = st->n;
-  for (int r = 0; r < g->dp_size; r++) {
-    size_t lo = GJ_MAX(t->offset, r * P), hi = GJ_MIN(t->offset + t->numel, (r + 1) * P);
-    cnt[r] = hi > lo ? (int)(hi - lo) : 0;
-    dsp[r] = hi > lo ? (int)(lo - t->offset) : 0;
-  }
-  return t->numel > (size_t)INT32_MAX ? GJ_FAIL("tensor %s too large for ZeRO staging", t->name) : 0;
-}
-
-static void zero_keep(gj_state *m, const gj_tensor *t, const float *full, float *shard) {
-  size_t lo = GJ_MAX(t->offset, m->lo), hi = GJ_MIN(t->offset + t->numel, m->lo + m->n);
-  for (size_t k = lo; k < hi; k++) shard[k - m->lo] = full[k - t->offset];
-}
-
-/* Elements [lo, hi) of a local slice, cut where a CRC piece ends: at row ends when the
- * global rows interleave the TP slices (per_row), else nowhere. Calls fn for each piece. */
-static int pieces(const gj_tensor *t, int64_t lo, int64_t hi, int per_row,
-                  void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
-  int n = 0;
-  while (lo < hi) {
-    int64_t end = per_row ? GJ_MIN(hi, (lo / t->lcols + 1) * t->lcols) : hi;
-    if (fn) fn(ctx, lo, end);
-    lo = end, n++;
-  }
-  return n;
-}
-
-typedef struct {
-  const float *base; /* element `off` of the local slice */
-  int64_t off;
-  uint32_t *crc;
-  int64_t *start, *len; /* per piece, in elements of the local slice */
-  int n;
-} piece_ctx;
-
-static void piece_crc(void *c, int64_t lo, int64_t hi) {
-  piece_ctx *p = c;
-  if (p->crc) p->crc[p->n] = crc_bytes(p->base + (lo - p->off), (size_t)(hi - lo) * sizeof(float));
-  if (p->start) p->start[p->n] = lo, p->len[p->n] = hi - lo;
-  p->n++;
-}
-
-/* The tensor's CRC from the DP ranks' owned ranges (ZeRO-1): each checksums its range in
- * pieces, the pieces are gathered over DP and combined into the slice's CRC (or its rows'),
- * then slices_crc as for tensor_crc. */
-static int owned_crc(gj_state *m, gj_grid *g, const gj_tensor *t, const float *shard, const int *cnt,
-                     const int *dsp, uint32_t *out) {
-  int dp = g->dp_size, me = g->dp_rank;
-  int tp = t->shard == GJ_SHARD_NONE ? 1 : g->tp_size;
-  int per_row = crc_per_row(g, t);
-  int *pc = malloc(2 * dp * sizeof(int)), *pd = pc + dp, np = 0;
-  if (!pc) return GJ_FAIL("out of memory");
-  for (int r = 0; r < dp; r++) pd[r] = np, np += pc[r] = pieces(t, dsp[r], dsp[r] + cnt[r], per_row, NULL, NULL);
-  int64_t units = per_row ? t->lrows : 1;
-  uint32_t *crc = malloc(np * sizeof(uint32_t) + units * tp * sizeof(uint32_t));
-  int64_t *start = malloc(2 * (size_t)GJ_MAX(np, 1) * sizeof(int64_t));
-  if (!crc || !start) return free(pc), free(crc), free(start), GJ_FAIL("out of memory");
-  uint32_t *slice = crc + np, *own = slice + (tp > 1 ? units * g->tp_rank : 0);
-  piece_ctx all = {NULL, 0, NULL, start, start + GJ_MAX(np, 1), 0};
-  for (int r = 0; r < dp; r++) pieces(t, dsp[r], dsp[r] + cnt[r], per_row, piece_crc, &all);
-  piece_ctx mine = {shard, dsp[me], crc + pd[me], NULL, NULL, 0};
-  pieces(t, dsp[me], dsp[me] + cnt[me], per_row, piece_crc, &mine);
-  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, crc, pc, pd, MPI_UINT32_T, g->dp);
-  if (rc != MPI_SUCCESS) {
-    rc = gj_mpi_fail(rc, "MPI_Allgatherv(crc)");
-  } else {
-    for (int64_t i = 0; i < units; i++) own[i] = 0; /* the CRC of nothing */
-    for (int k = 0; k < np; k++) {
-      int64_t row = per_row ? start[k] / t->lcols : 0;
-      own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
-    }
-    rc = slices_crc(g, t, slice, out);
-  }
-  free(pc), free(crc), free(start);
-  return rc;
-}
-
-/* Under ZeRO-1 each DP rank writes the moments it owns: elements [dsp, dsp + cnt) of the
- * tensor's local slice, a union of at most three blocks of the dataset (a partial row, whole
- * rows, a partial row). Replicated tensors are written by the DP group of TP rank 0. */
-static int write_owned(hid_t f, int fd, const char *path, gj_state *m, gj_grid *g, const gj_tensor *t,
-                       const float *shard_block, int compress, hid_t dxpl) {
-  int dp = g->dp_size, me = g->dp_rank;
-  int *cnt = malloc(2 * dp * sizeof(int)), *dsp = cnt + dp;
-  if (!cnt) return GJ_FAIL("out of memory");
-  int rc = zero_counts(m, g, t, cnt, dsp);
-  const float *mine = shard_block + (t->offset + dsp[me]) - m->lo;
-  uint32_t crc = 0;
-  if (!rc) rc = owned_crc(m, g, t, mine, cnt, dsp, &crc);
-  int64_t unit, lo = dsp[me], hi = dsp[me] + cnt[me];
-  if (t->shard == GJ_SHARD_NONE && g->tp_rank != 0) hi = lo;
-  free(cnt);
-  if (rc) return rc;
-  hid_t d = create_dataset(f, path, t, compress, &unit);
-  if (d < 0) return -1;
-  hid_t fs = H5Dget_space(d);
-  H5S_seloper_t op = H5S_SELECT_SET;
-  for (int64_t e = lo, L = t->lcols; e < hi; op = H5S_SELECT_OR) {
-    int64_t i = e / L, j = e % L, nr = 1, nc = GJ_MIN(L - j, hi - e);
-    if (j == 0 && hi - e >= L) nr = (hi - e) / L, nc = L;
-    hsize_t start[2] = {(hsize_t)(t->row0 + i), (hsize_t)(t->col0 + j)};
-    hsize_t count[2] = {(hsize_t)nr, (hsize_t)nc};
-    H5Sselect_hyperslab(fs, op, start, NULL, count, NULL);
-    e += nr * nc;
-  }
-  return write_selection(d, fs, fd, path, t, mine, (hsize_t)(hi - lo), lo / t->lcols,
-                         hi > lo ? (hi - 1) / t->lcols + 1 : lo / t->lcols, crc, dxpl);
-}
+_Static_assert(sizeof(hid_t) == sizeof(gj_ckpt_file), "gj_ckpt_file holds an hid_t");
 
 /* The three blocks of a checkpoint and their HDF5 prefixes. */
 static const char *const block_prefix[3] = {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/"};
 
-/* Under ZeRO-1, a buffer for one tensor's whole local slice of moments (NULL otherwise). */
-static int zero_stage_alloc(const gj_state *m, float **stage) {
-  *stage = NULL;
-  if (!m->zero) return 0;
-  size_t mx = 0;
-  for (int i = 0; i < m->lay.n; i++) mx = GJ_MAX(mx, m->lay.t[i].numel);
-  *stage = malloc(mx * sizeof(float));
-  return *stage ? 0 : GJ_FAIL("out of memory staging moments");
+static void dset_path(char *p, size_t n, int block, const gj_tensor *t) {
+  snprintf(p, n, "%s%s", block_prefix[block], t->name);
 }
 
-static const char *cfg_keys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
-                                 "rotary_dim", "n_inner"};
+/* ---- Files ---------------------------------------------------------------------------- */
 
-static int64_t *cfg_field(gj_config *c, int i) {
-  int64_t *f[] = {&c->vocab_size, &c->n_positions, &c->n_embd, &c->n_layer,
-                  &c->n_head,     &c->rotary_dim,  &c->n_inner};
-  return f[i];
+/* File access: MPI-IO over *comm (NULL: HDF5's serial default) and, for a file to create,
+ * the HDF5 1.10 format (DESIGN.md §12: compressed collective writes need it). */
+static hid_t file_access(const gj_comm *comm, int create) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl >= 0 && (!comm || H5Pset_fapl_mpio(fapl, *comm, gj_comm_info_none()) >= 0) &&
+      (!create || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0))
+    return fapl;
+  GJ_H5_FAIL("cannot set up the file access%s", comm ? " (MPI-IO)" : "");
+  if (fapl >= 0) H5Pclose(fapl);
+  return -1;
 }
 
-int gj_ckpt_save(const char *path, gj_state *m, gj_grid *g, const gj_ckpt_meta *meta, int compress) {
-  char tmp[GJ_PATH_BUF + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path); /* one name for every rank; the run's lock makes it ours */
-  gj_h5_quiet();
-  /* Room for the file first: HDF5 1.10 can hang in the collective close of a file whose
-   * write failed for lack of space, so a full disk is refused before anything is written. */
+/* Open a checkpoint for reading: serial checks first (a readable HDF5 file of our format and
+ * version), then, with comm, the collective open (all of comm agree on the outcome). */
+static int open_checked(const char *path, hid_t *f, const gj_comm *comm) {
+  hid_t s;
+  int rc = gj_h5_open_read(path, &s);
+  if (!rc) {
+    gj_ckpt_attrs a;
+    rc = gj_ckptattr_read(s, path, &a, GJ_CA_FORMAT);
+    if (!rc && strcmp(a.format, GJ_CKPT_FORMAT)) rc = GJ_FAIL("%s: not a gptj-mpi checkpoint (format '%s')", path, a.format);
+    if (!rc) rc = gj_ckptattr_read(s, path, &a, GJ_CA_VERSION);
+    if (!rc && a.format_version != GJ_CKPT_VERSION)
+      rc = GJ_FAIL("%s: checkpoint format_version %lld is not supported (expected %d)", path,
+                   (long long)a.format_version, GJ_CKPT_VERSION);
+    H5Fclose(s);
+  }
+  if (!comm) return rc ? rc : gj_h5_open_read(path, f);
+  GJ_AGREE(*comm, rc);
+  hid_t fapl = file_access(comm, 0);
+  *f = fapl < 0 ? -1 : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  if (fapl < 0) rc = gj_err_prefix(path);
+  else if (*f < 0) rc = GJ_H5_FAIL("%s: cannot open (truncated or corrupted?)", path);
+  if (fapl >= 0) H5Pclose(fapl);
+  if ((rc = gj_agree(*comm, rc))) {
+    if (*f >= 0) H5Fclose(*f);
+    return rc;
+  }
+  return 0;
+}
+
+/* ---- Saving (collective) -------------------------------------------------------------- */
+
+/* The directory of path ("." for a bare name). */
+static void dir_of(const char *path, char *dir, size_t n) {
+  snprintf(dir, n, "%s", path);
+  char *sl = strrchr(dir, '/');
+  if (sl) *sl = 0;
+  else snprintf(dir, n, ".");
+}
+
+/* Room for the file first: HDF5 1.10 can hang in the collective close of a file whose write
+ * failed for lack of space, so a full disk is refused before anything is written. */
+static int check_room(const char *path, const gj_state *st, gj_grid *g) {
   int rc = 0;
   if (g->rank == 0) {
     char dir[GJ_PATH_BUF];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *sl = strrchr(dir, '/');
-    if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
-    double need = 3.0 * (double)m->lay.n_global * sizeof(float) + (4 << 20);
+    dir_of(path, dir, sizeof dir);
+    double need = 3.0 * (double)st->lay.n_global * sizeof(float) + (4 << 20);
     struct statvfs vfs;
     if (!statvfs(dir, &vfs)) {
       double avail = (double)vfs.f_bavail * vfs.f_frsize;
@@ -451,78 +97,81 @@ int gj_ckpt_save(const char *path, gj_state *m, gj_grid *g, const gj_ckpt_meta *
                      "checkpoint is kept", dir, avail / 1e6, need / 1e6);
     }
   }
-  if ((rc = gj_agree(g->world, rc))) return rc;
-  if (g->rank == 0) gj_tmp_register(tmp); /* removed if a second interrupt ends the process */
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, g->world, MPI_INFO_NULL);
-  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
-  if (f < 0) rc = GJ_H5_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
-  if ((rc = gj_agree(g->world, rc))) {
-    if (g->rank == 0) gj_tmp_unregister(tmp);
-    return rc;
-  }
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-  /* Uncompressed, each rank's share is one contiguous run of the file: it writes it itself
-   * (no two-phase aggregation through one rank). Filtered writes stay fully collective. */
-  if (!compress) H5Pset_dxpl_mpio_collective_opt(dxpl, H5FD_MPIO_INDIVIDUAL_IO);
-  gj_config c = m->c;
-  rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
-  rc |= gj_h5_write_attr_i64(f, "format_version", CKPT_VERSION);
-  rc |= gj_h5_write_attr_i64(f, "step", meta->step);
-  rc |= gj_h5_write_attr_i64(f, "tokens_seen", meta->tokens_seen);
-  rc |= gj_h5_write_attr_i64(f, "written_tp", g->tp_size);
-  rc |= gj_h5_write_attr_i64(f, "written_dp", g->dp_size);
-  rc |= gj_h5_write_attr_i64(f, "has_optim", 1);
-  /* the precision the run computed in; the weights are float32 either way, so any run
-   * resumes from it */
-  rc |= gj_h5_write_attr_str(f, "precision", gj_precision_name(gj_gemm_precision()));
-  for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&c, i));
-  rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c.layer_norm_epsilon);
-  hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
-  hid_t go = H5Gcreate2(f, "optim", H5P_DEFAULT, gcpl, H5P_DEFAULT);
-  hid_t gl = H5Gcreate2(f, "loader", H5P_DEFAULT, gcpl, H5P_DEFAULT);
-  H5Pclose(gcpl);
-  if (go < 0 || gl < 0) rc = -1;
-  if (!rc) {
-    const gj_adamw_hp *h = &meta->hp;
-    rc |= gj_h5_write_attr_f64(go, "lr", h->lr);
-    rc |= gj_h5_write_attr_f64(go, "beta1", h->beta1);
-    rc |= gj_h5_write_attr_f64(go, "beta2", h->beta2);
-    rc |= gj_h5_write_attr_f64(go, "eps", h->eps);
-    rc |= gj_h5_write_attr_f64(go, "weight_decay", h->weight_decay);
-    rc |= gj_h5_write_attr_f64(go, "grad_clip", h->grad_clip);
-    rc |= gj_h5_write_attr_i64(go, "warmup", meta->sched.warmup);
-    rc |= gj_h5_write_attr_i64(go, "decay_steps", meta->sched.decay_steps);
-    rc |= gj_h5_write_attr_f64(go, "lr_floor", meta->sched.floor);
-    rc |= gj_h5_write_attr_i64(go, "step", meta->step);
-    rc |= gj_h5_write_attr_i64(gl, "seed", (int64_t)meta->loader.seed);
-    rc |= gj_h5_write_attr_i64(gl, "epoch", (int64_t)meta->loader.epoch);
-    rc |= gj_h5_write_attr_i64(gl, "cursor", (int64_t)meta->loader.cursor);
-  }
-  if (go >= 0) H5Gclose(go);
-  if (gl >= 0) H5Gclose(gl);
-  if (rc) rc = GJ_H5_FAIL("%s: cannot write attributes (disk full?)", tmp);
-  rc = gj_agree(g->world, rc);
+  return gj_agree(g->world, rc);
+}
+
+/* Create tmp collectively (rank 0 registers it for removal by a second interrupt). */
+static int create_file(const char *tmp, gj_grid *g, hid_t *f) {
+  if (g->rank == 0) gj_tmp_register(tmp);
+  hid_t fapl = file_access(&g->world, 1);
+  *f = fapl < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  int rc = 0;
+  if (fapl < 0) rc = gj_err_prefix(tmp);
+  else if (*f < 0) rc = GJ_H5_FAIL("%s: cannot create checkpoint (directory missing or not writable?)", tmp);
+  if (fapl >= 0) H5Pclose(fapl);
+  if ((rc = gj_agree(g->world, rc)) && g->rank == 0) gj_tmp_unregister(tmp);
+  return rc;
+}
+
+static int write_attrs(hid_t f, const char *tmp, const gj_state *st, gj_grid *g, const gj_ckpt_meta *meta) {
+  gj_ckpt_attrs a = {.format = GJ_CKPT_FORMAT, .format_version = GJ_CKPT_VERSION, .meta = *meta,
+                     .written_tp = g->tp_size, .written_dp = g->dp_size, .has_optim = 1, .c = st->c};
+  snprintf(a.precision, sizeof a.precision, "%s", gj_precision_name(gj_gemm_precision()));
+  return gj_ckptattr_write(f, &a, GJ_CA_ALL) ? gj_err_prefix(tmp) : 0;
+}
+
+/* Every tensor of the three blocks; failures agreed after each one. */
+static int write_blocks(hid_t f, const char *tmp, gj_state *st, gj_grid *g, int compress) {
+  hid_t dxpl = gj_ckpttensor_transfer(compress);
+  int rc = gj_agree(g->world, dxpl < 0 ? gj_err_prefix(tmp) : 0);
   char p[512];
-  float *blocks[3] = {m->params, m->m, m->v};
-  int wfd = open(tmp, O_WRONLY); /* for writeback hints only */
+  float *blocks[3] = {st->params, st->m, st->v};
+  int wfd = rc ? -1 : open(tmp, O_WRONLY); /* for writeback hints only */
   for (int b = 0; b < 3 && !rc; b++)
-    for (int i = 0; i < m->lay.n && !rc; i++) {
-      const gj_tensor *t = &m->lay.t[i];
-      snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
-      if (b && m->zero)
-        rc = write_owned(f, wfd, p, m, g, t, blocks[b], compress, dxpl);
+    for (int i = 0; i < st->lay.n && !rc; i++) {
+      const gj_tensor *t = &st->lay.t[i];
+      dset_path(p, sizeof p, b, t);
+      if (b && st->zero)
+        rc = gj_ckpttensor_write_owned(f, wfd, p, st, g, t, blocks[b], compress, dxpl);
       else
-        rc = write_tensor(f, wfd, p, g, t, blocks[b] + t->offset - (b ? m->lo : 0), compress, dxpl);
+        rc = gj_ckpttensor_write(f, wfd, p, g, t, blocks[b] + t->offset - (b ? st->lo : 0), compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next
        * collective call, or the others would wait in it for ever. */
       rc = gj_agree(g->world, rc);
     }
   if (wfd >= 0) close(wfd);
-  H5Pclose(dxpl);
+  if (dxpl >= 0) H5Pclose(dxpl);
+  return rc;
+}
+
+/* Close, sync and rename into place (rank 0), the directory synced. */
+static int commit(hid_t f, const char *tmp, const char *path, gj_grid *g) {
+  int rc = H5Fclose(f) < 0 ? GJ_H5_FAIL("%s: cannot close (disk full?)", tmp) : 0;
+  if (g->rank == 0 && !rc) {
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
+    char dir[GJ_PATH_BUF];
+    dir_of(path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) fsync(dfd), close(dfd);
+  }
+  rc = gj_agree(g->world, rc);
+  if (rc && g->rank == 0) unlink(tmp);
+  if (g->rank == 0) gj_tmp_unregister(tmp);
+  return rc;
+}
+
+int gj_ckpt_save(const char *path, gj_state *st, gj_grid *g, const gj_ckpt_meta *meta, int compress) {
+  char tmp[GJ_PATH_BUF + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path); /* one name for every rank; the run's lock makes it ours */
+  gj_h5_quiet();
+  GJ_TRY(check_room(path, st, g));
+  hid_t f;
+  GJ_TRY(create_file(tmp, g, &f));
+  int rc = gj_agree(g->world, write_attrs(f, tmp, st, g, meta));
+  if (!rc) rc = write_blocks(f, tmp, st, g, compress);
   if (rc) {
     /* A write failed on some rank (all agree by now). Closing would be collective and can
      * hang in HDF5 1.10 after a failed write: leave the handle (main turns off HDF5's
@@ -530,220 +179,117 @@ int gj_ckpt_save(const char *path, gj_state *m, gj_grid *g, const gj_ckpt_meta *
     if (g->rank == 0) unlink(tmp), gj_tmp_unregister(tmp);
     return rc;
   }
-  if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", tmp);
-  if (g->rank == 0 && !rc) {
-    int fd = open(tmp, O_RDONLY);
-    if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
-    if (fd >= 0) close(fd);
-    if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
-    char dir[GJ_PATH_BUF];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *sl = strrchr(dir, '/');
-    if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) fsync(dfd), close(dfd);
-  }
-  if ((rc = gj_agree(g->world, rc))) {
-    if (g->rank == 0) unlink(tmp);
-    if (g->rank == 0) gj_tmp_unregister(tmp);
-    return rc;
-  }
-  if (g->rank == 0) gj_tmp_unregister(tmp);
+  return commit(f, tmp, path, g);
+}
+
+/* ---- Loading (collective) ------------------------------------------------------------- */
+
+/* Every attribute, checked before any tensor: the config against the run's (a mismatch names
+ * the key), then the counters and, with the optimizer, /optim and /loader. */
+static int read_attrs(hid_t f, const char *path, const gj_state *st, gj_ckpt_meta *meta, int with_optim,
+                      int *has_optim) {
+  gj_ckpt_attrs a = {.meta = *meta, .has_optim = 1, .c = st->c};
+  GJ_TRY(gj_ckptattr_check(f, path, &a, GJ_CA_CONFIG));
+  GJ_TRY(gj_ckptattr_read(f, path, &a, GJ_CA_HAS_OPTIM));
+  int optim = with_optim && a.has_optim;
+  GJ_TRY(gj_ckptattr_read(f, path, &a, GJ_CA_STATE | (optim ? GJ_CA_OPTIM | GJ_CA_LOADER : 0)));
+  if (optim) a.meta.sched.lr = a.meta.hp.lr;
+  *meta = a.meta;
+  *has_optim = (int)a.has_optim;
   return 0;
 }
 
-static int check_config(hid_t f, const char *path, const gj_config *c) {
-  gj_config cc = *c;
-  for (int i = 0; i < 7; i++) {
-    int64_t v;
-    GJ_TRY(gj_h5_attr_i64(f, path, cfg_keys[i], &v));
-    if (v != *cfg_field(&cc, i))
-      return GJ_FAIL("%s: checkpoint has %s = %lld, this run has %lld", path, cfg_keys[i],
-                     (long long)v, (long long)*cfg_field(&cc, i));
+/* The tensors of the first nb blocks (parameters, then the moments). Every rank reads (and
+ * checks) every tensor; collectives inside stay in step because a failure is agreed on before
+ * the next tensor. The next tensor is prefetched meanwhile. */
+static int load_blocks(hid_t f, const char *path, gj_state *st, gj_grid *g, int nb) {
+  float *blocks[3] = {st->params, st->m, st->v}, *stage = NULL;
+  if (st->zero && nb > 1) { /* a whole local slice of moments, of which this rank keeps its part */
+    size_t mx = 0;
+    for (int i = 0; i < st->lay.n; i++) mx = GJ_MAX(mx, st->lay.t[i].numel);
+    stage = malloc(mx * sizeof(float));
   }
-  double eps;
-  GJ_TRY(gj_h5_attr_f64(f, path, "layer_norm_epsilon", &eps));
-  if (eps != c->layer_norm_epsilon)
-    return GJ_FAIL("%s: checkpoint has layer_norm_epsilon = %g, this run has %g", path, eps,
-                   c->layer_norm_epsilon);
-  return 0;
-}
-
-static int open_checked(const char *path, hid_t *f, MPI_Comm comm) {
-  /* Serial checks first (a readable HDF5 file), then the collective open. */
-  hid_t s;
-  int rc = gj_h5_open_read(path, &s);
-  if (!rc) {
-    char fmt[64] = "";
-    rc = gj_h5_attr_str(s, path, "format", fmt, sizeof fmt);
-    if (!rc && strcmp(fmt, CKPT_FORMAT)) rc = GJ_FAIL("%s: not a gptj-mpi checkpoint (format '%s')", path, fmt);
-    int64_t v = 0;
-    if (!rc) rc = gj_h5_attr_i64(s, path, "format_version", &v);
-    if (!rc && v != CKPT_VERSION) rc = GJ_FAIL("%s: checkpoint format_version %lld is not supported (expected %d)", path, (long long)v, CKPT_VERSION);
-    H5Fclose(s);
+  int rc = gj_agree(g->world, st->zero && nb > 1 && !stage ? GJ_FAIL("out of memory staging moments") : 0);
+  if (rc) return free(stage), rc;
+  char p[512];
+  int nt = nb * st->lay.n, n = st->lay.n;
+  int fd = open(path, O_RDONLY);
+  for (int k = 0; k < nt && !rc; k++) {
+    for (int j = k ? k + 1 : 0; j <= k + 1 && j < nt; j++) {
+      dset_path(p, sizeof p, j / n, &st->lay.t[j % n]);
+      gj_ckpttensor_prefetch(f, fd, p, g, &st->lay.t[j % n]);
+    }
+    int b = k / n;
+    const gj_tensor *t = &st->lay.t[k % n];
+    float *local = b && st->zero ? stage : blocks[b] + t->offset - (b ? st->lo : 0);
+    dset_path(p, sizeof p, b, t);
+    rc = gj_ckpttensor_load(f, path, p, g, t, local);
+    if (!rc && b && st->zero) gj_ckptshare_keep_owned(st, t, stage, blocks[b]);
   }
-  if (comm == MPI_COMM_NULL) {
-    if (!rc) rc = gj_h5_open_read(path, f);
-    return rc;
-  }
-  if ((rc = gj_agree(comm, rc))) return rc;
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
-  *f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-  H5Pclose(fapl);
-  rc = *f < 0 ? GJ_H5_FAIL("%s: cannot open (truncated or corrupted?)", path) : 0;
-  if ((rc = gj_agree(comm, rc))) {
-    if (*f >= 0) H5Fclose(*f);
-    return rc;
-  }
-  return 0;
-}
-
-/* The attributes of a checkpoint's training state, each checked against the range its
- * training flag allows (a negative step would train with a negative learning rate, a
- * tokens_seen near INT64_MAX would overflow as training goes on). */
-static int read_state(hid_t f, const char *path, gj_ckpt_meta *meta, int with_optim) {
-  GJ_TRY(gj_h5_attr_i64_in(f, path, "step", 0, CKPT_MAX_STEP, &meta->step));
-  GJ_TRY(gj_h5_attr_i64_in(f, path, "tokens_seen", 0, CKPT_MAX_TOKENS, &meta->tokens_seen));
-  if (!with_optim) return 0;
-  hid_t go = H5Lexists(f, "optim", H5P_DEFAULT) > 0 ? H5Gopen2(f, "optim", H5P_DEFAULT) : -1;
-  hid_t gl = H5Lexists(f, "loader", H5P_DEFAULT) > 0 ? H5Gopen2(f, "loader", H5P_DEFAULT) : -1;
-  int rc = go < 0 || gl < 0 ? GJ_FAIL("%s: missing /optim or /loader", path) : 0;
-  gj_adamw_hp *h = &meta->hp;
-  const double big = 1e12;
-  int64_t v;
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "lr", 0, 10, 0, &h->lr);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "beta1", 0, 1, GJ_H5_HI_OPEN, &h->beta1);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "beta2", 0, 1, GJ_H5_HI_OPEN, &h->beta2);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "eps", 0, 1, GJ_H5_LO_OPEN, &h->eps);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "weight_decay", 0, 10, 0, &h->weight_decay);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "grad_clip", 0, 1e9, 0, &h->grad_clip);
-  if (!rc) rc = gj_h5_attr_i64_in(go, path, "warmup", 0, (int64_t)big, &meta->sched.warmup);
-  if (!rc) rc = gj_h5_attr_i64_in(go, path, "decay_steps", 0, (int64_t)big, &meta->sched.decay_steps);
-  if (!rc) rc = gj_h5_attr_f64_in(go, path, "lr_floor", 0, 1, 0, &meta->sched.floor);
-  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "seed", 0, INT64_MAX, &v), meta->loader.seed = (uint64_t)v;
-  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "epoch", 0, CKPT_MAX_TOKENS, &v), meta->loader.epoch = (uint64_t)v;
-  if (!rc) rc = gj_h5_attr_i64_in(gl, path, "cursor", 0, CKPT_MAX_TOKENS, &v), meta->loader.cursor = (uint64_t)v;
-  meta->sched.lr = h->lr;
-  if (go >= 0) H5Gclose(go);
-  if (gl >= 0) H5Gclose(gl);
+  if (fd >= 0) close(fd);
+  free(stage);
   return rc;
 }
 
-int gj_ckpt_load(const char *path, gj_state *m, gj_grid *g, gj_ckpt_meta *meta, int with_optim) {
+int gj_ckpt_load(const char *path, gj_state *st, gj_grid *g, gj_ckpt_meta *meta, int with_optim) {
   gj_h5_quiet();
   hid_t f;
-  GJ_TRY(open_checked(path, &f, g->world));
-  int rc = check_config(f, path, &m->c);
-  int64_t has_optim = 1;
-  if (!rc && H5Aexists(f, "has_optim") > 0) rc = gj_h5_attr_i64_in(f, path, "has_optim", 0, 1, &has_optim);
-  /* every attribute is read and checked before any tensor */
-  gj_ckpt_meta st = *meta;
-  if (!rc) rc = read_state(f, path, &st, with_optim && has_optim);
-  if ((rc = gj_agree(g->world, rc))) return H5Fclose(f), rc;
-  *meta = st;
+  GJ_TRY(open_checked(path, &f, &g->world));
+  gj_ckpt_meta got = *meta;
+  int has_optim = 1;
+  int rc = gj_agree(g->world, read_attrs(f, path, st, &got, with_optim, &has_optim));
+  if (rc) return H5Fclose(f), rc;
+  *meta = got;
   meta->has_optim = with_optim && has_optim;
   if (!has_optim && with_optim) {
     /* a model-only checkpoint (from gptj convert): fresh optimizer, schedule and data order */
     with_optim = 0;
-    memset(m->m, 0, m->n * sizeof(float));
-    memset(m->v, 0, m->n * sizeof(float));
+    memset(st->m, 0, st->n * sizeof(float));
+    memset(st->v, 0, st->n * sizeof(float));
     meta->loader = (gj_loader_state){meta->loader.seed, 0, 0};
     gj_info("%s holds weights only: the optimizer starts afresh", path);
   }
   if (!has_optim) meta->step = meta->tokens_seen = 0;
-  char p[512];
-  float *blocks[3] = {m->params, m->m, m->v};
-  float *stage;
-  if (zero_stage_alloc(m, &stage)) return H5Fclose(f), -1;
-  /* Every rank reads (and checks) every tensor; collectives inside stay in step because a
-   * failure is agreed on before the next tensor. The next tensor is prefetched meanwhile. */
-  int nt = (with_optim ? 3 : 1) * m->lay.n;
-  int fd = open(path, O_RDONLY);
-  for (int k = 0; k < nt; k++) {
-    for (int j = k ? k + 1 : 0; j <= k + 1 && j < nt && !rc; j++) {
-      snprintf(p, sizeof p, "%s%s", block_prefix[j / m->lay.n], m->lay.t[j % m->lay.n].name);
-      prefetch_share(f, fd, p, g, &m->lay.t[j % m->lay.n]);
-    }
-    int b = k / m->lay.n, i = k % m->lay.n;
-    const gj_tensor *t = &m->lay.t[i];
-    float *local = b && m->zero ? stage : blocks[b] + t->offset - (b ? m->lo : 0);
-    uint32_t want = 0, got = 0;
-    int64_t unit = 1;
-    snprintf(p, sizeof p, "%s%s", block_prefix[b], t->name);
-    if (!rc && gj_stop_signal()) /* a stop request (gptj train) ends a long load early */
-      rc = (GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), path), GJ_STOPPED);
-    if (!rc) rc = read_share(f, path, p, g, t, local, &want, &unit);
-    if (!(rc = gj_agree(g->world, rc))) {
-      rc = share_rows(g, t, local, unit);
-      if (!rc) rc = tensor_crc(g, t, local, &got);
-      if (!rc && got != want)
-        rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", path, p, got, want);
-      /* a checkpoint of a run that diverged (or was edited) trains and evaluates to NaN */
-      size_t bad = SIZE_MAX;
-      if (!rc) {
-#pragma omp parallel for reduction(min : bad) schedule(static)
-        for (size_t e = 0; e < t->numel; e++)
-          if (!isfinite(local[e]) && e < bad) bad = e;
-      }
-      if (!rc && bad != SIZE_MAX)
-        rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", path, p, local[bad], bad);
-    }
-    if ((rc = gj_agree(g->world, rc))) {
-      H5Fclose(f);
-      if (fd >= 0) close(fd);
-      free(stage);
-      return rc;
-    }
-    if (b && m->zero) zero_keep(m, t, stage, blocks[b]);
-  }
-  if (fd >= 0) close(fd);
-  free(stage);
+  rc = load_blocks(f, path, st, g, with_optim ? 3 : 1);
   H5Fclose(f);
-  if ((rc = gj_agree(g->world, rc))) return rc;
-  return 0;
+  return gj_agree(g->world, rc);
 }
+
+/* ---- Serial access -------------------------------------------------------------------- */
 
 /* The model config of an open checkpoint, validated (the bounds of gj_config_validate keep
  * every size computed from it from overflowing). */
-static int read_cfg(hid_t f, const char *path, gj_config *c) {
-  for (int i = 0; i < 7; i++) GJ_TRY(gj_h5_attr_i64(f, path, cfg_keys[i], cfg_field(c, i)));
-  GJ_TRY(gj_h5_attr_f64(f, path, "layer_norm_epsilon", &c->layer_norm_epsilon));
-  if (gj_config_validate(c)) return gj_err_prefix(path);
+static int read_config(hid_t f, const char *path, gj_ckpt_attrs *a, int mask) {
+  GJ_TRY(gj_ckptattr_read(f, path, a, mask | GJ_CA_CONFIG));
+  if (gj_config_validate(&a->c)) return gj_err_prefix(path);
   return 0;
 }
 
 int gj_ckpt_read_config(const char *path, gj_config *c) {
   hid_t f;
-  GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
-  int rc = read_cfg(f, path, c);
+  GJ_TRY(open_checked(path, &f, NULL));
+  gj_ckpt_attrs a;
+  int rc = read_config(f, path, &a, 0);
   H5Fclose(f);
+  if (!rc) *c = a.c;
   return rc;
 }
 
 int gj_ckpt_info(const char *path) {
   hid_t f;
-  GJ_TRY(open_checked(path, &f, MPI_COMM_NULL));
-  int64_t step = 0, tok = 0, tp = 0, dp = 0, ver = 0;
-  gj_config c;
-  int rc = gj_h5_attr_i64_in(f, path, "step", 0, CKPT_MAX_STEP, &step);
-  if (!rc) rc = gj_h5_attr_i64_in(f, path, "tokens_seen", 0, CKPT_MAX_TOKENS, &tok);
-  if (!rc) rc = gj_h5_attr_i64_in(f, path, "written_tp", 1, INT32_MAX, &tp);
-  if (!rc) rc = gj_h5_attr_i64_in(f, path, "written_dp", 1, INT32_MAX, &dp);
-  if (!rc) rc = gj_h5_attr_i64(f, path, "format_version", &ver);
-  if (!rc) rc = read_cfg(f, path, &c);
-  char prec[32] = "fp32 (not recorded)";
-  if (!rc && H5Aexists(f, "precision") > 0) rc = gj_h5_attr_str(f, path, "precision", prec, sizeof prec);
+  GJ_TRY(open_checked(path, &f, NULL));
+  gj_ckpt_attrs a = {.precision = "fp32 (not recorded)"};
+  int rc = read_config(f, path, &a, GJ_CA_ROOT & ~GJ_CA_HAS_OPTIM);
   H5Fclose(f);
   if (rc) return rc;
-  struct stat st;
-  stat(path, &st);
-  printf("file: %s\nformat: %s version %lld\nstep: %lld\ntokens_seen: %lld\n", path, CKPT_FORMAT,
-         (long long)ver, (long long)step, (long long)tok);
-  printf("written from: dp %lld x tp %lld, precision %s (weights float32)\n", (long long)dp, (long long)tp, prec);
-  for (int i = 0; i < 7; i++) printf("%s: %lld\n", cfg_keys[i], (long long)*cfg_field(&c, i));
-  printf("layer_norm_epsilon: %g\nparameters: %lld\nfile size: %lld bytes\n", c.layer_norm_epsilon,
-         (long long)gj_config_n_params(&c), (long long)st.st_size);
+  struct stat s;
+  stat(path, &s);
+  printf("file: %s\nformat: %s version %lld\n", path, a.format, (long long)a.format_version);
+  gj_ckptattr_print(&a, GJ_CA_STATE);
+  printf("written from: dp %lld x tp %lld, precision %s (weights float32)\n", (long long)a.written_dp,
+         (long long)a.written_tp, a.precision);
+  gj_ckptattr_print(&a, GJ_CA_CONFIG);
+  printf("parameters: %lld\nfile size: %lld bytes\n", (long long)gj_config_n_params(&a.c), (long long)s.st_size);
   return 0;
 }
 
@@ -752,28 +298,18 @@ int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c
   w->f = -1;
   GJ_TRY(gj_outfile_begin(&w->out, path));
   gj_h5_quiet();
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-  hid_t f = H5Fcreate(w->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
-  if (f < 0) {
-    gj_outfile_abort(&w->out);
-    return GJ_H5_FAIL("%s: cannot create (directory missing or not writable?)", w->out.tmp);
-  }
-  gj_config cc = *c;
+  hid_t fapl = file_access(NULL, 1);
+  hid_t f = fapl < 0 ? -1 : H5Fcreate(w->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   int rc = 0;
-  rc |= gj_h5_write_attr_str(f, "format", CKPT_FORMAT);
-  rc |= gj_h5_write_attr_i64(f, "format_version", CKPT_VERSION);
-  rc |= gj_h5_write_attr_i64(f, "step", 0);
-  rc |= gj_h5_write_attr_i64(f, "tokens_seen", 0);
-  rc |= gj_h5_write_attr_i64(f, "written_tp", 1);
-  rc |= gj_h5_write_attr_i64(f, "written_dp", 1);
-  rc |= gj_h5_write_attr_i64(f, "has_optim", 0);
-  for (int i = 0; i < 7; i++) rc |= gj_h5_write_attr_i64(f, cfg_keys[i], *cfg_field(&cc, i));
-  rc |= gj_h5_write_attr_f64(f, "layer_norm_epsilon", c->layer_norm_epsilon);
+  if (fapl < 0) rc = gj_err_prefix(w->out.tmp);
+  else if (f < 0) rc = GJ_H5_FAIL("%s: cannot create (directory missing or not writable?)", w->out.tmp);
+  if (fapl >= 0) H5Pclose(fapl);
+  /* a model-only file: no precision, no /optim or /loader, has_optim 0 */
+  gj_ckpt_attrs a = {.format = GJ_CKPT_FORMAT, .format_version = GJ_CKPT_VERSION, .written_tp = 1,
+                     .written_dp = 1, .has_optim = 0, .c = *c};
+  if (!rc && gj_ckptattr_write(f, &a, GJ_CA_ROOT)) rc = gj_err_prefix(w->out.tmp);
   if (rc) {
-    rc = GJ_H5_FAIL("%s: cannot write attributes", w->out.tmp);
-    H5Fclose(f);
+    if (f >= 0) H5Fclose(f);
     gj_outfile_abort(&w->out);
     return rc;
   }
@@ -785,15 +321,13 @@ int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data
                           int64_t rows, int64_t cols) {
   char p[512];
   snprintf(p, sizeof p, "/model/%s", name);
-  uint32_t c32 = crc_bytes(data, (size_t)rows * cols * sizeof(float));
+  uint32_t crc = gj_ckptshare_crc_bytes(data, (size_t)rows * cols * sizeof(float));
   int64_t dims[2] = {rows, cols};
-  GJ_TRY(gj_h5_write_f32((hid_t)w->f, p, data, ndim, dims));
+  if (gj_h5_write_f32((hid_t)w->f, p, data, ndim, dims)) return gj_err_prefix(w->out.tmp);
   hid_t d = H5Dopen2((hid_t)w->f, p, H5P_DEFAULT);
-  hid_t as = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(d, "crc32", H5T_STD_U32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &c32) < 0) ? GJ_H5_FAIL("%s: cannot write crc32 of %s", w->out.tmp, p) : 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(as), H5Dclose(d);
+  if (d < 0) return GJ_H5_FAIL("%s: cannot reopen %s", w->out.tmp, p);
+  int rc = gj_ckpttensor_write_crc(d, p, crc) ? gj_err_prefix(w->out.tmp) : 0;
+  H5Dclose(d);
   return rc;
 }
 
@@ -806,17 +340,30 @@ int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok) {
   return rc;
 }
 
-int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out) {
+int gj_ckpt_reader_open(gj_ckpt_reader *r, const char *path) {
+  hid_t f;
+  r->f = -1;
+  snprintf(r->path, sizeof r->path, "%s", path);
+  GJ_TRY(open_checked(path, &f, NULL));
+  r->f = f;
+  return 0;
+}
+
+int gj_ckpt_reader_tensor(gj_ckpt_reader *r, const gj_tensor *t, float *out) {
   char p[512];
   snprintf(p, sizeof p, "/model/%s", t->name);
-  GJ_TRY(gj_h5_read_block_f32((hid_t)f, path, p, t->rows, t->cols, t->ndim, 0, 0, t->rows, t->cols, out));
+  GJ_TRY(gj_h5_read_block_f32((hid_t)r->f, r->path, p, t->rows, t->cols, t->ndim, 0, 0, t->rows, t->cols, out));
   uint32_t want;
-  hid_t d = H5Dopen2((hid_t)f, p, H5P_DEFAULT);
-  hid_t a = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
-  herr_t r = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT32, &want) : -1;
-  if (a >= 0) H5Aclose(a);
-  H5Dclose(d);
-  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", path, p);
-  if (crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want) return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", path, p);
+  hid_t d = H5Dopen2((hid_t)r->f, p, H5P_DEFAULT);
+  int e = gj_ckpttensor_read_crc(d, &want);
+  if (d >= 0) H5Dclose(d);
+  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute", r->path, p);
+  if (gj_ckptshare_crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want)
+    return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", r->path, p);
   return 0;
+}
+
+void gj_ckpt_reader_close(gj_ckpt_reader *r) {
+  if (r->f > 0) H5Fclose((hid_t)r->f);
+  r->f = -1;
 }

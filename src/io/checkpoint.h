@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "common.h"
 #include "io/loader.h"
 #include "io/outfile.h"
 #include "model/state.h"
@@ -31,11 +32,14 @@ int gj_ckpt_load(const char *path, gj_state *st, gj_grid *g, gj_ckpt_meta *meta,
 /* Read the model config of a checkpoint (any rank, serial). */
 int gj_ckpt_read_config(const char *path, gj_config *c);
 
+/* An open HDF5 file, held by code that must not see HDF5 (an hid_t; -1 when closed). */
+typedef int64_t gj_ckpt_file;
+
 /* Streaming, serial writing of a model-only checkpoint (gptj convert): begin, one tensor at a
  * time under its HF name with its global shape, end (atomic rename). Loading such a file
  * restores the parameters and starts the optimizer, schedule and data order afresh. */
 typedef struct {
-  long long f; /* hid_t of out.tmp; -1 when not open */
+  gj_ckpt_file f; /* out.tmp */
   gj_outfile out;
 } gj_ckpt_writer;
 /* end(ok) syncs and renames the temporary into place, end(!ok) removes it; a failed begin
@@ -44,8 +48,17 @@ int gj_ckpt_writer_begin(gj_ckpt_writer *w, const char *path, const gj_config *c
 int gj_ckpt_writer_tensor(gj_ckpt_writer *w, const char *name, const float *data, int ndim,
                           int64_t rows, int64_t cols);
 int gj_ckpt_writer_end(gj_ckpt_writer *w, int ok);
-/* Read one whole tensor of /model (serial), checking its shape and CRC. */
-int gj_ckpt_read_tensor(const char *path, long long f, const gj_tensor *t, float *out);
+
+/* Serial reading of whole tensors of /model (gptj convert): open checks the format; each read
+ * checks the tensor's shape and CRC. close is a no-op on a zeroed reader or one whose open
+ * failed. */
+typedef struct {
+  gj_ckpt_file f;
+  char path[GJ_PATH_BUF];
+} gj_ckpt_reader;
+int gj_ckpt_reader_open(gj_ckpt_reader *r, const char *path);
+int gj_ckpt_reader_tensor(gj_ckpt_reader *r, const gj_tensor *t, float *out);
+void gj_ckpt_reader_close(gj_ckpt_reader *r);
 
 /* Print a checkpoint's metadata (gptj info). */
 int gj_ckpt_info(const char *path);

@@ -70,149 +70,151 @@ static void attr_label(hid_t obj, const char *name, char *out, size_t n) {
     snprintf(out, n, "%s", name);
 }
 
-/* Open a numeric scalar attribute: one element of integer or floating-point class. *type is
- * its file type (the caller closes it and *a). */
-static int open_num_attr(hid_t obj, const char *fname, const char *name, const char *lab,
-                         hid_t *a, hid_t *type, H5T_class_t *cls) {
-  *a = *type = -1;
-  htri_t ex = H5Aexists(obj, name);
-  if (ex < 0) return GJ_H5_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
-  if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
-  *a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (*a < 0) return GJ_H5_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
-  hid_t sp = H5Aget_space(*a);
-  hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
-  if (sp >= 0) H5Sclose(sp);
-  *type = H5Aget_type(*a);
-  *cls = *type < 0 ? H5T_NO_CLASS : H5Tget_class(*type);
-  if (n == 1 && (*cls == H5T_INTEGER || *cls == H5T_FLOAT)) return 0;
-  if (*type >= 0) H5Tclose(*type);
-  H5Aclose(*a);
-  *a = *type = -1;
-  return GJ_FAIL("%s: attribute '%s' is not a numeric scalar", fname, lab);
+/* An attribute opened for reading, and its label for messages. */
+typedef struct {
+  hid_t a, type; /* the attribute and its file type */
+  hssize_t n;    /* elements */
+  char lab[320];
+} attr_rd;
+
+static void attr_close(attr_rd *r) {
+  if (r->type >= 0) H5Tclose(r->type);
+  if (r->a >= 0) H5Aclose(r->a);
 }
 
-int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out) {
-  char lab[320];
-  attr_label(obj, name, lab, sizeof lab);
-  hid_t a, ft;
-  H5T_class_t cls;
-  GJ_TRY(open_num_attr(obj, fname, name, lab, &a, &ft, &cls));
-  int rc = 0;
-  if (cls == H5T_INTEGER) {
-    /* read in the widest type of the same sign: every stored value is exact */
-    size_t sz = H5Tget_size(ft);
-    H5T_sign_t sg = H5Tget_sign(ft);
-    if (sz == 0 || sz > 8 || sg == H5T_SGN_ERROR) {
-      rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, sz);
-    } else if (sg == H5T_SGN_NONE) {
-      uint64_t u;
-      if (H5Aread(a, H5T_NATIVE_UINT64, &u) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
-      else if (u > (uint64_t)INT64_MAX)
-        rc = GJ_FAIL("%s: attribute '%s' = %llu is out of the int64 range", fname, lab, (unsigned long long)u);
-      else *out = (int64_t)u;
-    } else if (H5Aread(a, H5T_NATIVE_INT64, out) < 0) {
-      rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
-    }
-  } else {
+/* The lines every reader starts with: the attribute exists, opens, and has a type and size. */
+static int attr_open(hid_t obj, const char *fname, const char *name, attr_rd *r) {
+  r->a = r->type = -1;
+  attr_label(obj, name, r->lab, sizeof r->lab);
+  htri_t ex = H5Aexists(obj, name);
+  if (ex < 0) return GJ_H5_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, r->lab);
+  if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, r->lab);
+  r->a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (r->a < 0) return GJ_H5_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, r->lab);
+  hid_t sp = H5Aget_space(r->a);
+  r->n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+  if (sp >= 0) H5Sclose(sp);
+  r->type = H5Aget_type(r->a);
+  return 0;
+}
+
+/* A numeric scalar attribute: one element of integer or floating-point class. */
+static int num_open(hid_t obj, const char *fname, const char *name, attr_rd *r, H5T_class_t *cls) {
+  GJ_TRY(attr_open(obj, fname, name, r));
+  *cls = r->type < 0 ? H5T_NO_CLASS : H5Tget_class(r->type);
+  if (r->n == 1 && (*cls == H5T_INTEGER || *cls == H5T_FLOAT)) return 0;
+  attr_close(r);
+  return GJ_FAIL("%s: attribute '%s' is not a numeric scalar", fname, r->lab);
+}
+
+static int read_i64(const attr_rd *r, H5T_class_t cls, const char *fname, int64_t *out) {
+  const char *lab = r->lab;
+  if (cls == H5T_FLOAT) {
     /* a float holding an integer is accepted; a fraction, infinity or NaN is not */
     double v;
-    if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
-    else if (!isfinite(v) || v < -9223372036854775808.0 || v >= 9223372036854775808.0)
-      rc = GJ_FAIL("%s: attribute '%s' = %g is not an integer in the int64 range", fname, lab, v);
-    else if (v != floor(v))
-      rc = GJ_FAIL("%s: attribute '%s' = %.17g is not an integer", fname, lab, v);
-    else *out = (int64_t)v;
+    if (H5Aread(r->a, H5T_NATIVE_DOUBLE, &v) < 0) return GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    if (!isfinite(v) || v < -9223372036854775808.0 || v >= 9223372036854775808.0)
+      return GJ_FAIL("%s: attribute '%s' = %g is not an integer in the int64 range", fname, lab, v);
+    if (v != floor(v)) return GJ_FAIL("%s: attribute '%s' = %.17g is not an integer", fname, lab, v);
+    *out = (int64_t)v;
+    return 0;
   }
-  H5Tclose(ft);
-  H5Aclose(a);
-  return rc;
+  /* read in the widest type of the same sign: every stored value is exact */
+  size_t sz = H5Tget_size(r->type);
+  H5T_sign_t sg = H5Tget_sign(r->type);
+  if (sz == 0 || sz > 8 || sg == H5T_SGN_ERROR)
+    return GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, sz);
+  if (sg == H5T_SGN_NONE) {
+    uint64_t u;
+    if (H5Aread(r->a, H5T_NATIVE_UINT64, &u) < 0) return GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+    if (u > (uint64_t)INT64_MAX)
+      return GJ_FAIL("%s: attribute '%s' = %llu is out of the int64 range", fname, lab, (unsigned long long)u);
+    *out = (int64_t)u;
+    return 0;
+  }
+  if (H5Aread(r->a, H5T_NATIVE_INT64, out) < 0) return GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
+  return 0;
+}
+
+static int read_f64(const attr_rd *r, H5T_class_t cls, const char *fname, double *out) {
+  double v;
+  if (cls == H5T_INTEGER && H5Tget_size(r->type) > 8)
+    return GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, r->lab, H5Tget_size(r->type));
+  if (H5Aread(r->a, H5T_NATIVE_DOUBLE, &v) < 0) return GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, r->lab);
+  if (!isfinite(v)) return GJ_FAIL("%s: attribute '%s' = %g is not a finite number", fname, r->lab, v);
+  *out = v;
+  return 0;
+}
+
+/* The unranged readers are the ranged ones over every value their type can hold. */
+int gj_h5_attr_i64(hid_t obj, const char *fname, const char *name, int64_t *out) {
+  return gj_h5_attr_i64_in(obj, fname, name, INT64_MIN, INT64_MAX, out);
 }
 
 int gj_h5_attr_f64(hid_t obj, const char *fname, const char *name, double *out) {
-  char lab[320];
-  attr_label(obj, name, lab, sizeof lab);
-  hid_t a, ft;
-  H5T_class_t cls;
-  GJ_TRY(open_num_attr(obj, fname, name, lab, &a, &ft, &cls));
-  int rc = 0;
-  double v;
-  if (cls == H5T_INTEGER && H5Tget_size(ft) > 8)
-    rc = GJ_FAIL("%s: attribute '%s' is a %zu-byte integer (at most 8 bytes)", fname, lab, H5Tget_size(ft));
-  else if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0)
-    rc = GJ_H5_FAIL("%s: cannot read attribute '%s' (corrupted?)", fname, lab);
-  else if (!isfinite(v))
-    rc = GJ_FAIL("%s: attribute '%s' = %g is not a finite number", fname, lab, v);
-  else *out = v;
-  H5Tclose(ft);
-  H5Aclose(a);
-  return rc;
+  return gj_h5_attr_f64_in(obj, fname, name, -HUGE_VAL, HUGE_VAL, 0, out); /* read_f64 refuses inf */
 }
 
 int gj_h5_attr_i64_in(hid_t obj, const char *fname, const char *name, int64_t lo, int64_t hi,
                       int64_t *out) {
-  int64_t v;
-  GJ_TRY(gj_h5_attr_i64(obj, fname, name, &v));
-  if (v < lo || v > hi) {
-    char lab[320];
-    attr_label(obj, name, lab, sizeof lab);
-    return GJ_FAIL("%s: attribute '%s' = %lld is out of range [%lld, %lld]", fname, lab,
-                   (long long)v, (long long)lo, (long long)hi);
-  }
-  *out = v;
-  return 0;
+  attr_rd r;
+  H5T_class_t cls;
+  GJ_TRY(num_open(obj, fname, name, &r, &cls));
+  int64_t v = 0;
+  int rc = read_i64(&r, cls, fname, &v);
+  if (!rc && (v < lo || v > hi))
+    rc = GJ_FAIL("%s: attribute '%s' = %lld is out of range [%lld, %lld]", fname, r.lab, (long long)v,
+                 (long long)lo, (long long)hi);
+  attr_close(&r);
+  if (!rc) *out = v;
+  return rc;
 }
 
 int gj_h5_attr_f64_in(hid_t obj, const char *fname, const char *name, double lo, double hi,
                       int open, double *out) {
-  double v;
-  GJ_TRY(gj_h5_attr_f64(obj, fname, name, &v));
+  attr_rd r;
+  H5T_class_t cls;
+  GJ_TRY(num_open(obj, fname, name, &r, &cls));
+  double v = 0;
+  int rc = read_f64(&r, cls, fname, &v);
   int lo_open = open & GJ_H5_LO_OPEN, hi_open = open & GJ_H5_HI_OPEN;
-  if ((lo_open ? !(v > lo) : !(v >= lo)) || (hi_open ? !(v < hi) : !(v <= hi))) {
-    char lab[320];
-    attr_label(obj, name, lab, sizeof lab);
-    return GJ_FAIL("%s: attribute '%s' = %g is out of range %c%g, %g%c", fname, lab, v,
-                   lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
-  }
-  *out = v;
-  return 0;
+  if (!rc && ((lo_open ? !(v > lo) : !(v >= lo)) || (hi_open ? !(v < hi) : !(v <= hi))))
+    rc = GJ_FAIL("%s: attribute '%s' = %g is out of range %c%g, %g%c", fname, r.lab, v,
+                 lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+  attr_close(&r);
+  if (!rc) *out = v;
+  return rc;
 }
 
 int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n) {
-  char lab[320];
-  attr_label(obj, name, lab, sizeof lab);
-  htri_t ex = H5Aexists(obj, name);
-  if (ex < 0) return GJ_H5_FAIL("%s: cannot look up attribute '%s' (corrupted?)", fname, lab);
-  if (ex == 0) return GJ_FAIL("%s: missing attribute '%s'", fname, lab);
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (a < 0) return GJ_H5_FAIL("%s: cannot open attribute '%s' (corrupted?)", fname, lab);
-  hid_t ft = H5Aget_type(a), sp = H5Aget_space(a);
-  hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+  attr_rd r;
+  GJ_TRY(attr_open(obj, fname, name, &r));
+  const char *lab = r.lab;
   int rc = 0;
-  if (ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) != 0 || np != 1) {
+  if (r.type < 0 || H5Tget_class(r.type) != H5T_STRING || H5Tis_variable_str(r.type) != 0 || r.n != 1) {
     rc = GJ_FAIL("%s: attribute '%s' is not a fixed-length string", fname, lab);
   } else {
-    size_t sz = H5Tget_size(ft);
+    size_t sz = H5Tget_size(r.type);
     char *buf = sz && sz <= 65536 ? calloc(sz + 1, 1) : NULL;
-    hid_t mt = H5Tcopy(ft);
+    hid_t mt = H5Tcopy(r.type);
     if (!sz || sz > 65536) rc = GJ_FAIL("%s: attribute '%s' is a string of %zu bytes (at most 65536)", fname, lab, sz);
-    else if (!buf || mt < 0 || H5Aread(a, mt, buf) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s'", fname, lab);
+    else if (!buf || mt < 0 || H5Aread(r.a, mt, buf) < 0) rc = GJ_H5_FAIL("%s: cannot read attribute '%s'", fname, lab);
     else snprintf(out, n, "%s", buf);
     if (mt >= 0) H5Tclose(mt);
     free(buf);
   }
-  if (sp >= 0) H5Sclose(sp);
-  if (ft >= 0) H5Tclose(ft);
-  H5Aclose(a);
+  attr_close(&r);
   return rc;
 }
 
 static int write_attr(hid_t obj, const char *name, hid_t filet, hid_t memt, const void *v) {
-  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  if (H5Aexists(obj, name) > 0 && H5Adelete(obj, name) < 0)
+    return GJ_H5_FAIL("cannot replace attribute '%s'", name);
   hid_t sp = H5Screate(H5S_SCALAR);
+  if (sp < 0) return GJ_H5_FAIL("cannot write attribute '%s': no dataspace", name);
   hid_t a = H5Acreate2(obj, name, filet, sp, H5P_DEFAULT, H5P_DEFAULT);
   herr_t rc = a < 0 ? -1 : H5Awrite(a, memt, v);
-  if (a >= 0) H5Aclose(a);
+  if (a >= 0 && H5Aclose(a) < 0) rc = -1;
   H5Sclose(sp);
   if (rc < 0) return GJ_H5_FAIL("cannot write attribute '%s'", name);
   return 0;
@@ -222,17 +224,31 @@ int gj_h5_write_attr_i64(hid_t obj, const char *name, int64_t v) {
   return write_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }
 
+int gj_h5_write_attr_u32(hid_t obj, const char *name, uint32_t v) {
+  return write_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+}
+
 int gj_h5_write_attr_f64(hid_t obj, const char *name, double v) {
   return write_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }
 
 int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s) {
   hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, strlen(s) ? strlen(s) : 1);
-  H5Tset_strpad(t, H5T_STR_NULLPAD);
+  if (t < 0 || H5Tset_size(t, strlen(s) ? strlen(s) : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0) {
+    if (t >= 0) H5Tclose(t);
+    return GJ_H5_FAIL("cannot write attribute '%s': no string type", name);
+  }
   int rc = write_attr(obj, name, t, t, s);
   H5Tclose(t);
   return rc;
+}
+
+hid_t gj_h5_lcpl_parents(void) {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  if (lcpl >= 0 && H5Pset_create_intermediate_group(lcpl, 1) >= 0) return lcpl;
+  if (lcpl >= 0) H5Pclose(lcpl);
+  GJ_H5_FAIL("cannot set up a link creation property list");
+  return -1;
 }
 
 /* The data of a dataset lives in this file: no external storage (raw data in other files)
@@ -243,6 +259,7 @@ static int check_storage(hid_t d, const char *fname, const char *path) {
   int ext = H5Pget_external_count(dcpl);
   H5D_layout_t lay = H5Pget_layout(dcpl);
   H5Pclose(dcpl);
+  if (ext < 0 || lay < 0) return GJ_H5_FAIL("%s: cannot read the layout of '%s'", fname, path);
   if (ext != 0 || lay == H5D_VIRTUAL)
     return GJ_FAIL("%s: dataset '%s' keeps its data %s: gptj reads only data stored in the file", fname, path,
                    lay == H5D_VIRTUAL ? "in other datasets (virtual)" : "in external files");
@@ -426,11 +443,12 @@ static int write_ds(hid_t file, const char *path, hid_t filet, hid_t memt, const
   hsize_t hd[4];
   for (int i = 0; i < ndim; i++) hd[i] = (hsize_t)dims[i];
   hid_t sp = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, hd, NULL);
-  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-  H5Pset_create_intermediate_group(lcpl, 1);
+  if (sp < 0) return GJ_H5_FAIL("cannot write dataset '%s': no dataspace", path);
+  hid_t lcpl = gj_h5_lcpl_parents();
+  if (lcpl < 0) return H5Sclose(sp), gj_err_prefix(path);
   hid_t d = H5Dcreate2(file, path, filet, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
   herr_t rc = d < 0 ? -1 : H5Dwrite(d, memt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-  if (d >= 0) H5Dclose(d);
+  if (d >= 0 && H5Dclose(d) < 0) rc = -1;
   H5Pclose(lcpl), H5Sclose(sp);
   if (rc < 0) return GJ_H5_FAIL("cannot write dataset '%s'", path);
   return 0;

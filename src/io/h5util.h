@@ -40,8 +40,12 @@ int gj_h5_attr_f64_in(hid_t obj, const char *fname, const char *name, double lo,
                       int open, double *out);
 int gj_h5_attr_str(hid_t obj, const char *fname, const char *name, char *out, size_t n);
 int gj_h5_write_attr_i64(hid_t obj, const char *name, int64_t v);
+int gj_h5_write_attr_u32(hid_t obj, const char *name, uint32_t v);
 int gj_h5_write_attr_f64(hid_t obj, const char *name, double v);
 int gj_h5_write_attr_str(hid_t obj, const char *name, const char *s);
+/* A link-creation property list that creates the missing groups of a path (the caller closes
+ * it); -1 with an error. */
+hid_t gj_h5_lcpl_parents(void);
 
 /* Shape of a dataset: *ndim and dims[0..ndim-1] (ndim <= 4; a scalar has ndim 0; each
  * dimension below 2^62). */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
   char name[64];
@@ -99,35 +100,23 @@ int64_t gj_rundir_latest(const char *dir) {
   return s;
 }
 
-/* Write text to path under a temporary name, synced, renamed. */
+/* Write text to path as every output is written (io/outfile.h): a temporary beside it,
+ * synced, renamed, the directory synced. */
 static int write_atomic(const char *path, const char *text, size_t len) {
-  char tmp[GJ_PATH_BUF];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp) return GJ_FAIL("%.200s...: path too long", path);
-  gj_tmp_register(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return gj_tmp_unregister(tmp), GJ_FAIL("%s: %s", tmp, strerror(errno));
-  int bad = 0;
-  for (size_t off = 0; off < len && !bad;) {
+  gj_outfile o;
+  GJ_TRY(gj_outfile_begin(&o, path));
+  int fd = open(o.tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return gj_outfile_abort(&o), GJ_FAIL("%s: %s", o.tmp, strerror(errno));
+  int e = 0;
+  for (size_t off = 0; off < len && !e;) {
     ssize_t w = write(fd, text + off, len - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) bad = 1;
+    if (w <= 0) e = w < 0 ? errno : EIO;
     else off += (size_t)w;
   }
-  int e = errno;
-  bad |= fsync(fd) != 0;
-  bad |= close(fd) != 0;
-  if (bad) {
-    unlink(tmp), gj_tmp_unregister(tmp);
-    return GJ_FAIL("%s: write failed: %s", tmp, strerror(e ? e : errno));
-  }
-  if (rename(tmp, path)) {
-    e = errno;
-    unlink(tmp), gj_tmp_unregister(tmp);
-    return GJ_FAIL("%s: %s", path, strerror(e));
-  }
-  gj_tmp_unregister(tmp);
-  return 0;
+  if (close(fd) && !e) e = errno;
+  if (e) return gj_outfile_abort(&o), GJ_FAIL("%s: write failed: %s", o.tmp, strerror(e));
+  return gj_outfile_commit(&o);
 }
 
 int gj_ckpt_set_latest(const char *dir, const char *path) {
