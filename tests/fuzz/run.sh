@@ -10,12 +10,12 @@ out=${2:-$top/_build/fuzz}
 command -v clang >/dev/null || { echo "fuzz: error: clang not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
 mkdir -p "$out"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$top/src -D_GNU_SOURCE \
-  -DGJ_PKGDATADIR=\"$top/data\" -DGJ_SRCDATADIR=\"$top/data\" $(pkg-config --cflags jansson libpcre2-8 zlib)"
-libs="$(pkg-config --libs jansson libpcre2-8 zlib) -lm"
+  -DGJ_PKGDATADIR=\"$top/data\" -DGJ_SRCDATADIR=\"$top/data\" $(pkg-config --cflags jansson libpcre2-8 zlib libzstd)"
+libs="$(pkg-config --libs jansson libpcre2-8 zlib libzstd) -lm"
 common="$top/src/common.c $top/src/io/outfile.c"
 declare -A srcs=(
   [config]="$top/src/io/kvconf.c $top/src/model/config.c"
-  [jsonl]="$top/src/io/docs.c"
+  [jsonl]="$top/src/io/docstream.c"
   [tokenizer]="$top/src/io/tokenizer.c"
   [safetensors]="$top/src/io/safetensors.c"
 )
