@@ -421,18 +421,52 @@ static int route(work *w, const part *p, size_t np, const uint64_t *tok0, const 
  * a token at least a byte, twice for the vector's growth). */
 static double memory_bound(int64_t max_doc_mb) { return ((double)TOKENIZER_MB + BUFFERS_MB + 14.0 * max_doc_mb) * 1048576.0; }
 
-int gj_cmd_tokenize(int argc, char **argv) {
-  const char *out = NULL, *valid_out = NULL, *dir = gj_tokenizer_default_dir(), *key = "text";
-  double frac = 0;
-  int64_t max_doc_mb = 16, part_bytes = 0;
+/* Everything a tokenize run holds, freed in one place (tok_free). */
+typedef struct {
+  const char *out, *valid_out, *dir, *key;
+  double frac;
+  int64_t max_doc_mb, part_bytes;
+  char *inputs[MAX_INPUTS];
+  int nin, nout, rank, size;
+  gj_comm w;
+  gj_outfile o[2];
+  strlist files;
+  part *parts;
+  size_t np;
+  uint64_t total, ndocs;
+  /* per part: counts (NC), train/valid counts (2 NC), where it begins in the spools, its
+   * first global document, its first token and document in each output (4) */
+  uint64_t *cnt, *scnt, *tok0, *len0, *docbase, *sbase;
+  uint64_t tot[2][NC]; /* each output's totals */
+  double t_tok, cpu[2], t_write;
+  work wk;
+  sink sk[2];
+} tok_ctx;
+
+static void tok_free(tok_ctx *x) {
+  for (int s = 0; s < 2; s++) {
+    if (x->sk[s].fd >= 0) close(x->sk[s].fd);
+    free(x->sk[s].tb), free(x->sk[s].ob);
+  }
+  spool_close(&x->wk.tok), spool_close(&x->wk.len);
+  free(x->wk.ids.v);
+  gj_tokenizer_free(x->wk.t);
+  free(x->cnt), free(x->scnt), free(x->tok0), free(x->len0), free(x->docbase), free(x->sbase), free(x->parts);
+  strlist_free(&x->files);
+  gj_outfile_abort(&x->o[0]), gj_outfile_abort(&x->o[1]); /* no-ops once committed */
+}
+
+/* The options and inputs; returns 1 after --help. */
+static int tok_parse(tok_ctx *x, int argc, char **argv) {
+  x->dir = gj_tokenizer_default_dir(), x->key = "text", x->max_doc_mb = 16;
   gj_opt opts[] = {
-      {"out", GJ_OPT_STR, &out, "output dataset (HDF5), required", 1, 0},
-      {"valid-out", GJ_OPT_STR, &valid_out, "second output holding the validation documents", 1, 0},
-      {"valid-fraction", GJ_OPT_F64, &frac, "fraction of documents for --valid-out (every 1/f-th)", 0, 0.5},
-      {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
-      {"text-key", GJ_OPT_STR, &key, "JSONL: the field holding a document's text", 1, 0},
-      {"max-doc-mb", GJ_OPT_I64, &max_doc_mb, "longest document (and JSONL line / 4) accepted, MB", 1, 4096},
-      {"part-bytes", GJ_OPT_I64, &part_bytes, "cut uncompressed inputs in parts of this size (0: automatic)", 0, 1e18},
+      {"out", GJ_OPT_STR, &x->out, "output dataset (HDF5), required", 1, 0},
+      {"valid-out", GJ_OPT_STR, &x->valid_out, "second output holding the validation documents", 1, 0},
+      {"valid-fraction", GJ_OPT_F64, &x->frac, "fraction of documents for --valid-out (every 1/f-th)", 0, 0.5},
+      {"vocab-dir", GJ_OPT_STR, &x->dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {"text-key", GJ_OPT_STR, &x->key, "JSONL: the field holding a document's text", 1, 0},
+      {"max-doc-mb", GJ_OPT_I64, &x->max_doc_mb, "longest document (and JSONL line / 4) accepted, MB", 1, 4096},
+      {"part-bytes", GJ_OPT_I64, &x->part_bytes, "cut uncompressed inputs in parts of this size (0: automatic)", 0, 1e18},
       {NULL}};
   gj_cmdline cl = {
       "gptj tokenize [options] --out FILE.h5 INPUT...",
@@ -447,158 +481,165 @@ int gj_cmd_tokenize(int argc, char **argv) {
       "Runs under mpirun: the ranks share the files and byte ranges of the large uncompressed\n"
       "ones, and write one output; it is byte-identical whatever the number of ranks.",
       opts, NULL, NULL, NULL, MAX_INPUTS};
-  char *inputs[MAX_INPUTS];
-  gj_comm w = gj_comm_world();
-  int nin = 0, rank = gj_comm_rank(w), size = gj_comm_size(w), nout = 1;
-  gj_outfile o[2];
-  memset(o, 0, sizeof o);
-  strlist files = {0};
-  part *parts = NULL;
-  size_t np = 0;
-  uint64_t total = 0, *cnt = NULL, *scnt = NULL, *tok0 = NULL, *len0 = NULL, *docbase = NULL, *sbase = NULL;
-  work wk;
-  memset(&wk, 0, sizeof wk);
-  sink sk[2];
-  memset(sk, 0, sizeof sk);
-  sk[0].fd = sk[1].fd = -1;
-  int rc = gj_args_parse(&cl, argc, argv, inputs, &nin);
-  if (rc > 0) {
-    rc = 0;
-    goto done;
-  }
-  if (!rc && !out) rc = GJ_FAIL("--out: required");
-  if (!rc && nin == 0) rc = GJ_FAIL("no input files (see --help)");
-  if (!rc && (frac > 0) != (valid_out != NULL))
-    rc = GJ_FAIL("--valid-fraction and --valid-out go together");
-  nout = valid_out ? 2 : 1;
-  /* Before any work: every input readable by every rank, and on rank 0 (the writer) the
-   * outputs neither an input (the vocabulary files included) nor each other. */
-  if (!rc) rc = expand_inputs(&files, inputs, nin);
-  if (!rc && rank == 0) rc = plan_outputs(out, valid_out, dir, &files);
-  if (!rc && rank == 0) rc = gj_outfile_begin(&o[0], out);
-  if (!rc && rank == 0 && valid_out) rc = gj_outfile_begin(&o[1], valid_out);
-  if (!rc) {
-    char detail[160];
-    snprintf(detail, sizeof detail, "tokenize streams its inputs, holding at most %lld MB of documents",
-             (long long)max_doc_mb);
-    rc = gj_agree(w, rc);
-    if (!rc) rc = gj_mem_check(w, memory_bound(max_doc_mb), detail, "lower --max-doc-mb, or run fewer ranks per node", 0, NULL);
-  } else {
-    rc = gj_agree(w, rc);
-  }
-  if (rc) goto done;
-  if ((rc = gj_agree(w, plan_parts(&files, (uint64_t)part_bytes, size, &parts, &np, &total)))) goto done;
+  int rc = gj_args_parse(&cl, argc, argv, x->inputs, &x->nin);
+  if (rc) return rc;
+  if (!x->out) return GJ_FAIL("--out: required");
+  if (x->nin == 0) return GJ_FAIL("no input files (see --help)");
+  if ((x->frac > 0) != (x->valid_out != NULL)) return GJ_FAIL("--valid-fraction and --valid-out go together");
+  x->nout = x->valid_out ? 2 : 1;
+  return 0;
+}
+
+/* Before any work (agreed): every input readable by every rank, and on rank 0 (the writer)
+ * the outputs neither an input (the vocabulary files included) nor each other; the memory
+ * bound; the parts, the same on every rank. */
+static int tok_plan(tok_ctx *x) {
+  int rc = expand_inputs(&x->files, x->inputs, x->nin);
+  if (!rc && x->rank == 0) rc = plan_outputs(x->out, x->valid_out, x->dir, &x->files);
+  if (!rc && x->rank == 0) rc = gj_outfile_begin(&x->o[0], x->out);
+  if (!rc && x->rank == 0 && x->valid_out) rc = gj_outfile_begin(&x->o[1], x->valid_out);
+  GJ_AGREE(x->w, rc);
+  char detail[160];
+  snprintf(detail, sizeof detail, "tokenize streams its inputs, holding at most %lld MB of documents",
+           (long long)x->max_doc_mb);
+  GJ_TRY(gj_mem_check(x->w, memory_bound(x->max_doc_mb), detail, "lower --max-doc-mb, or run fewer ranks per node", 0, NULL));
+  GJ_AGREE(x->w, plan_parts(&x->files, (uint64_t)x->part_bytes, x->size, &x->parts, &x->np, &x->total));
   int same = 1; /* every rank listed the same files of the same sizes, or the parts would not tile */
-  if ((rc = gj_same_int(w, (int)(np * 1000003u + total % 1000000007u), &same))) goto done;
-  if (!same) {
-    rc = gj_agree(w, GJ_FAIL("the ranks see different inputs (%zu files, %.1f MB here): put them on a file system "
-                             "every rank shares", files.n, total / 1e6));
-    goto done;
-  }
-  cnt = calloc(np * NC + 1, sizeof *cnt), scnt = calloc(np * 2 * NC + 1, sizeof *scnt);
-  tok0 = calloc(np + 1, sizeof *tok0), len0 = calloc(np + 1, sizeof *len0), docbase = calloc(np + 1, sizeof *docbase);
-  sbase = calloc(np * 4 + 1, sizeof *sbase);
-  if (!cnt || !scnt || !tok0 || !len0 || !docbase || !sbase) rc = GJ_FAIL("out of memory for %zu parts", np);
-  if (!rc) rc = gj_tokenizer_load(&wk.t, dir);
+  GJ_TRY(gj_same_int(x->w, (int)(x->np * 1000003u + x->total % 1000000007u), &same));
+  if (!same)
+    return gj_agree(x->w, GJ_FAIL("the ranks see different inputs (%zu files, %.1f MB here): put them on a file "
+                                  "system every rank shares", x->files.n, x->total / 1e6));
+  return 0;
+}
+
+/* Each rank tokenizes its parts into its spools; then every part's counts on every rank and
+ * its first document in the global order. */
+static int tok_parts(tok_ctx *x) {
+  size_t np = x->np;
+  work *wk = &x->wk;
+  x->cnt = calloc(np * NC + 1, sizeof *x->cnt), x->scnt = calloc(np * 2 * NC + 1, sizeof *x->scnt);
+  x->tok0 = calloc(np + 1, sizeof *x->tok0), x->len0 = calloc(np + 1, sizeof *x->len0);
+  x->docbase = calloc(np + 1, sizeof *x->docbase), x->sbase = calloc(np * 4 + 1, sizeof *x->sbase);
+  int rc = x->cnt && x->scnt && x->tok0 && x->len0 && x->docbase && x->sbase ? 0 : GJ_FAIL("out of memory for %zu parts", np);
+  if (!rc) rc = gj_tokenizer_load(&wk->t, x->dir);
   /* the spools: beside the output, named after it and this rank (a rank's own pid) */
   char base[GJ_PATH_BUF];
-  snprintf(base, sizeof base, "%s.tmp.spool%ld", out, (long)getpid());
-  if (!rc) rc = spool_open(&wk.tok, base, rank, "tok", TOK_BUF * 2);
-  if (!rc) rc = spool_open(&wk.len, base, rank, "len", LEN_BUF * 16);
-  wk.rank = rank, wk.size = size, wk.total = total, wk.t0 = wk.last = gj_now();
+  snprintf(base, sizeof base, "%s.tmp.spool%ld", x->out, (long)getpid());
+  if (!rc) rc = spool_open(&wk->tok, base, x->rank, "tok", TOK_BUF * 2);
+  if (!rc) rc = spool_open(&wk->len, base, x->rank, "len", LEN_BUF * 16);
+  wk->rank = x->rank, wk->size = x->size, wk->total = x->total, wk->t0 = wk->last = gj_now();
   for (size_t q = 0; q < np; q++)
-    if (parts[q].rank == rank) wk.share += parts[q].size;
-  gj_docstream_opts dopt = {key, (size_t)max_doc_mb << 20};
+    if (x->parts[q].rank == x->rank) wk->share += x->parts[q].size;
+  gj_docstream_opts dopt = {x->key, (size_t)x->max_doc_mb << 20};
   double cpu0 = cpu_now();
   for (size_t q = 0; q < np && !rc; q++) {
-    if (parts[q].rank != rank) continue;
-    tok0[q] = wk.tok.written + wk.tok.n, len0[q] = wk.len.written + wk.len.n;
-    wk.cnt = cnt + q * NC;
-    wk.raw_before += wk.raw, wk.raw = 0;
-    rc = gj_docstream_read(files.v[parts[q].file], parts[q].lo, parts[q].hi, &dopt, on_doc, &wk, &wk.raw);
+    if (x->parts[q].rank != x->rank) continue;
+    x->tok0[q] = wk->tok.written + wk->tok.n, x->len0[q] = wk->len.written + wk->len.n;
+    wk->cnt = x->cnt + q * NC;
+    wk->raw_before += wk->raw, wk->raw = 0;
+    rc = gj_docstream_read(x->files.v[x->parts[q].file], x->parts[q].lo, x->parts[q].hi, &dopt, on_doc, wk, &wk->raw);
   }
-  if (!rc) rc = spool_flush(&wk.tok);
-  if (!rc) rc = spool_flush(&wk.len);
-  wk.raw_before += wk.raw, wk.raw = 0;
-  double t_tok = gj_now() - wk.t0, cpu[2] = {cpu_now() - cpu0, 0};
-  cpu[1] = cpu[0];
-  if (!rc) progress(&wk, 1); /* the last line, if there were others */
-  if ((rc = gj_agree(w, rc))) goto done;
-  /* every part's counts on every rank; its first document in the global order */
-  if ((rc = gj_allreduce_sum_u64(w, cnt, np * NC)) || (rc = gj_allreduce_max_f64(w, cpu, 1)) ||
-      (rc = gj_allreduce_sum_f64(w, cpu + 1, 1)))
-    goto done;
-  uint64_t ndocs = 0;
-  for (size_t q = 0; q < np; q++) docbase[q] = ndocs, ndocs += cnt[q * NC + C_DOC];
-  if (ndocs == 0) rc = GJ_FAIL("%s: no documents in the input", inputs[0]);
-  /* the train / validation counts of each part, then each part's first token and document in
-   * each output (sbase[(q*2 + side)*2 + {0: token, 1: document}]) */
-  if (!rc) rc = route(&wk, parts, np, tok0, len0, docbase, cnt, frac, scnt, NULL, NULL);
-  if ((rc = gj_agree(w, rc)) || (rc = gj_allreduce_sum_u64(w, scnt, np * 2 * NC))) goto done;
-  uint64_t tot[2][NC] = {{0}};
-  for (size_t q = 0; q < np; q++)
+  if (!rc) rc = spool_flush(&wk->tok);
+  if (!rc) rc = spool_flush(&wk->len);
+  wk->raw_before += wk->raw, wk->raw = 0;
+  x->t_tok = gj_now() - wk->t0, x->cpu[0] = x->cpu[1] = cpu_now() - cpu0;
+  if (!rc) progress(wk, 1); /* the last line, if there were others */
+  GJ_AGREE(x->w, rc);
+  GJ_TRY(gj_allreduce_sum_u64(x->w, x->cnt, np * NC));
+  GJ_TRY(gj_allreduce_max_f64(x->w, x->cpu, 1));
+  GJ_TRY(gj_allreduce_sum_f64(x->w, x->cpu + 1, 1));
+  for (size_t q = 0; q < np; q++) x->docbase[q] = x->ndocs, x->ndocs += x->cnt[q * NC + C_DOC];
+  return x->ndocs ? 0 : GJ_FAIL("%s: no documents in the input", x->inputs[0]);
+}
+
+/* The train / validation counts of each part, then each part's first token and document in
+ * each output (sbase[(q*2 + side)*2 + {0: token, 1: document}]) and the outputs' totals. */
+static int tok_split(tok_ctx *x) {
+  int rc = route(&x->wk, x->parts, x->np, x->tok0, x->len0, x->docbase, x->cnt, x->frac, x->scnt, NULL, NULL);
+  GJ_AGREE(x->w, rc);
+  GJ_TRY(gj_allreduce_sum_u64(x->w, x->scnt, x->np * 2 * NC));
+  for (size_t q = 0; q < x->np; q++)
     for (int s = 0; s < 2; s++) {
-      sbase[(q * 2 + s) * 2] = tot[s][C_TOK], sbase[(q * 2 + s) * 2 + 1] = tot[s][C_DOC];
-      for (int c = 0; c < NC; c++) tot[s][c] += scnt[(q * 2 + s) * NC + c];
+      x->sbase[(q * 2 + s) * 2] = x->tot[s][C_TOK], x->sbase[(q * 2 + s) * 2 + 1] = x->tot[s][C_DOC];
+      for (int c = 0; c < NC; c++) x->tot[s][c] += x->scnt[(q * 2 + s) * NC + c];
     }
-  if (frac > 0 && (tot[0][C_DOC] == 0 || tot[1][C_DOC] == 0))
-    rc = GJ_FAIL("--valid-fraction %g leaves an empty split of %llu documents", frac, (unsigned long long)ndocs);
-  if ((rc = gj_agree(w, rc))) goto done;
+  if (x->frac > 0 && (x->tot[0][C_DOC] == 0 || x->tot[1][C_DOC] == 0))
+    return GJ_FAIL("--valid-fraction %g leaves an empty split of %llu documents", x->frac,
+                   (unsigned long long)x->ndocs);
+  return 0;
+}
+
+/* Rank 0 lays the outputs out; every rank learns their names and where the arrays begin, and
+ * writes its documents there from its spools. */
+static int tok_write(tok_ctx *x) {
   char source[2048] = ""; /* an attribute: a long list of inputs is cut */
-  for (int i = 0; i < nin; i++) {
-    const char *b = strrchr(inputs[i], '/');
+  for (int i = 0; i < x->nin; i++) {
+    const char *b = strrchr(x->inputs[i], '/');
     size_t l = strlen(source);
-    snprintf(source + l, sizeof source - l, "%s%s", i ? "," : "", b ? b + 1 : inputs[i]);
+    snprintf(source + l, sizeof source - l, "%s%s", i ? "," : "", b ? b + 1 : x->inputs[i]);
   }
-  /* rank 0 lays the outputs out; every rank learns their names and where the arrays begin */
   struct {
     char tmp[2][GJ_PATH_BUF];
     uint64_t tok_at[2], off_at[2];
   } lay;
   memset(&lay, 0, sizeof lay);
   double t_w0 = gj_now();
-  for (int s = 0; s < nout && !rc && rank == 0; s++) {
-    snprintf(lay.tmp[s], sizeof lay.tmp[s], "%s", o[s].tmp);
-    rc = gj_tokfile_create(o[s].tmp, tot[s][C_TOK], tot[s][C_DOC], tot[s][C_BYTES], source, &lay.tok_at[s], &lay.off_at[s]);
+  int rc = 0;
+  for (int s = 0; s < x->nout && !rc && x->rank == 0; s++) {
+    snprintf(lay.tmp[s], sizeof lay.tmp[s], "%s", x->o[s].tmp);
+    rc = gj_tokfile_create(x->o[s].tmp, x->tot[s][C_TOK], x->tot[s][C_DOC], x->tot[s][C_BYTES], source,
+                           &lay.tok_at[s], &lay.off_at[s]);
   }
-  if ((rc = gj_agree(w, rc)) || (rc = gj_bcast(w, &lay, sizeof lay, 0))) goto done;
-  for (int s = 0; s < nout && !rc; s++) {
+  GJ_AGREE(x->w, rc);
+  GJ_TRY(gj_bcast(x->w, &lay, sizeof lay, 0));
+  sink *sk = x->sk;
+  for (int s = 0; s < x->nout && !rc; s++) {
     sk[s].path = lay.tmp[s], sk[s].tok_at = lay.tok_at[s], sk[s].off_at = lay.off_at[s];
     sk[s].tb = malloc(TOK_BUF * 2), sk[s].ob = malloc(LEN_BUF * 8);
     if (!sk[s].tb || !sk[s].ob) rc = GJ_FAIL("out of memory");
     else if ((sk[s].fd = open(lay.tmp[s], O_WRONLY)) < 0) rc = GJ_FAIL("%s: cannot open: %s", lay.tmp[s], strerror(errno));
     uint64_t zero = 0;
-    if (!rc && rank == 0) rc = gj_tokfile_pwrite(sk[s].fd, sk[s].path, &zero, 8, sk[s].off_at); /* doc_offsets[0] */
+    if (!rc && x->rank == 0) rc = gj_tokfile_pwrite(sk[s].fd, sk[s].path, &zero, 8, sk[s].off_at); /* doc_offsets[0] */
   }
-  if (!rc) rc = route(&wk, parts, np, tok0, len0, docbase, cnt, frac, NULL, sk, sbase);
-  for (int s = 0; s < nout && !rc; s++)
+  if (!rc) rc = route(&x->wk, x->parts, x->np, x->tok0, x->len0, x->docbase, x->cnt, x->frac, NULL, sk, x->sbase);
+  for (int s = 0; s < x->nout && !rc; s++)
     if (fsync(sk[s].fd)) rc = GJ_FAIL("%s: cannot sync: %s", sk[s].path, strerror(errno));
-  if ((rc = gj_agree(w, rc))) goto done;
-  double t_write = gj_now() - t_w0;
-  for (int s = 0; s < nout && rank == 0; s++)
-    gj_info("%s: %llu documents, %llu tokens, %llu bytes (%.3f bytes/token)", o[s].path,
+  x->t_write = gj_now() - t_w0;
+  return gj_agree(x->w, rc);
+}
+
+/* The summary, then both files renamed into place together. */
+static int tok_finish(tok_ctx *x) {
+  uint64_t (*tot)[NC] = x->tot;
+  for (int s = 0; s < x->nout && x->rank == 0; s++)
+    gj_info("%s: %llu documents, %llu tokens, %llu bytes (%.3f bytes/token)", x->o[s].path,
             (unsigned long long)tot[s][C_DOC], (unsigned long long)tot[s][C_TOK], (unsigned long long)tot[s][C_BYTES],
             tot[s][C_TOK] ? (double)tot[s][C_BYTES] / tot[s][C_TOK] : 0.0);
   uint64_t all_text = tot[0][C_BYTES] + tot[1][C_BYTES];
   gj_info("tokenize: %.1f MB of text in %zu parts on %d ranks: %.2f s tokenizing (%.1f MB/s; CPU %.2f s on the busiest "
           "rank, %.2f s in all: %.1f MB per CPU second), %.2f s writing",
-          all_text / 1e6, np, size, t_tok, t_tok > 0 ? all_text / 1e6 / t_tok : 0.0, cpu[0], cpu[1],
-          cpu[1] > 0 ? all_text / 1e6 / cpu[1] : 0.0, t_write);
-  /* both files complete: rename them into place together */
+          all_text / 1e6, x->np, x->size, x->t_tok, x->t_tok > 0 ? all_text / 1e6 / x->t_tok : 0.0, x->cpu[0],
+          x->cpu[1], x->cpu[1] > 0 ? all_text / 1e6 / x->cpu[1] : 0.0, x->t_write);
+  int rc = 0;
   gj_signals_hold(1); /* both outputs new, or both old */
-  for (int i = 0; i < nout && !rc && rank == 0; i++) rc = gj_outfile_commit(&o[i]);
+  for (int i = 0; i < x->nout && !rc && x->rank == 0; i++) rc = gj_outfile_commit(&x->o[i]);
   gj_signals_hold(0);
-  rc = gj_agree(w, rc);
-done:
-  for (int s = 0; s < 2; s++) {
-    if (sk[s].fd >= 0) close(sk[s].fd);
-    free(sk[s].tb), free(sk[s].ob);
-  }
-  spool_close(&wk.tok), spool_close(&wk.len);
-  free(wk.ids.v);
-  gj_tokenizer_free(wk.t);
-  free(cnt), free(scnt), free(tok0), free(len0), free(docbase), free(sbase), free(parts);
-  strlist_free(&files);
-  gj_outfile_abort(&o[0]), gj_outfile_abort(&o[1]); /* no-ops once committed */
+  return gj_agree(x->w, rc);
+}
+
+int gj_cmd_tokenize(int argc, char **argv) {
+  tok_ctx x;
+  memset(&x, 0, sizeof x);
+  x.sk[0].fd = x.sk[1].fd = -1;
+  x.w = gj_comm_world(), x.rank = gj_comm_rank(x.w), x.size = gj_comm_size(x.w), x.nout = 1;
+  int rc = tok_parse(&x, argc, argv);
+  if (rc > 0) rc = 0;
+  else if (!rc) rc = tok_plan(&x);
+  else rc = gj_agree(x.w, rc);
+  if (!rc) rc = tok_parts(&x);
+  if (!rc) rc = gj_agree(x.w, tok_split(&x));
+  if (!rc) rc = tok_write(&x);
+  if (!rc) rc = tok_finish(&x);
+  tok_free(&x);
   return rc;
 }
