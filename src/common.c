@@ -85,6 +85,10 @@ static void die_by(int sig) {
   _exit(128 + sig);
 }
 
+/* A closed pipe on stdout or stderr (gptj ... | head): the process ends as the signal would
+ * end it, without leaving its temporaries. */
+static void on_pipe(int sig) { die_by(sig); }
+
 static void on_signal(int sig) {
   if (!graceful_mode || (stop_sig && (sig == SIGINT || sig == SIGTERM))) die_by(sig);
   if (!stop_sig) stop_sig = sig;
@@ -108,6 +112,11 @@ void gj_signals_install(int graceful) {
     /* a signal the caller ignores (nohup) stays ignored */
     if (!sigaction(sigs[i], NULL, &old) && old.sa_handler == SIG_IGN) continue;
     sigaction(sigs[i], &sa, NULL);
+  }
+  struct sigaction old;
+  if (!sigaction(SIGPIPE, NULL, &old) && old.sa_handler != SIG_IGN) {
+    sa.sa_handler = on_pipe;
+    sigaction(SIGPIPE, &sa, NULL);
   }
   /* blocked across a re-exec (blaskernel.c): delivered now, to the handlers */
   sigset_t set;

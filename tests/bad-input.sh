@@ -487,9 +487,10 @@ fault "convert --to-hf of a corrupt checkpoint exits 1 naming the tensor (exit $
 fault "convert --to-hf failing midway keeps the old model.safetensors" cmp -s "$w/hf/model.safetensors" "$fdir/hf/model.safetensors"
 fault "convert --to-hf failing midway keeps the old config.json" cmp -s "$w/hf/config.json" "$fdir/hf/config.json"
 fault "convert --to-hf failing midway leaves no temporaries" no_tmp "$fdir/hf"
-# (b) tokenize of 40 MB stopped by SIGTERM and by SIGINT while it writes the dataset
+# (b) tokenize of 40 MB stopped by SIGTERM, SIGINT and SIGPIPE (its output piped into a reader
+# that went away) while it writes the dataset
 for i in 1 2 3 4 5 6 7 8; do cat "$top/data/brown-train.txt"; done > "$fdir/big.txt"
-for sig in TERM INT; do
+for sig in TERM INT PIPE; do
   kill_while_writing $sig "$fdir/big.h5.tmp*" "$g" tokenize --out "$fdir/big.h5" "$fdir/big.txt"
   fault "tokenize stopped by SIG$sig ends by the signal (exit $krc)" [ $krc -gt 128 ]
   fault "tokenize stopped by SIG$sig leaves no temporary" no_tmp "$fdir"
