@@ -224,7 +224,7 @@ int gj_dataset_open(gj_dataset *d, const char *path, int64_t max_vocab) {
   if (!rc && nt > nd && nb == 0)
     rc = GJ_FAIL("%s: attribute 'n_bytes' = 0 for %lld tokens of %lld documents", path, (long long)nt, (long long)nd);
   hid_t tk = -1, of = -1;
-  if (!rc) rc = open_ids(f, path, "/tokens", nt, GJ_IDS, "uint16 or uint32 token ids", "n_tokens", &tk);
+  if (!rc) rc = open_ids(f, path, "/tokens", nt, GJ_IDS, "uint16 token ids (or uint32)", "n_tokens", &tk);
   if (!rc) rc = open_ids(f, path, "/doc_offsets", nd + 1, 0, "unsigned integer (uint64) offsets", "n_docs + 1", &of);
   if (!rc) {
     hid_t t = H5Dget_type(tk);
