@@ -129,10 +129,10 @@ static int open_ids(hid_t f, const char *path, const char *name, int64_t n, size
   return rc;
 }
 
-/* /doc_offsets checked in slices of 1 Mi entries (nothing of the size of the corpus is kept):
+/* /doc_offsets checked in slices of 64 Ki entries (nothing of the size of the corpus is kept):
  * 0 = o[0] <= o[1] <= ... <= o[n_docs] = n_tokens. */
 static int check_offsets(hid_t of, const char *path, uint64_t nd, uint64_t nt) {
-  enum { PIECE = 1 << 20 };
+  enum { PIECE = 1 << 16 };
   uint64_t *buf = malloc(PIECE * sizeof(uint64_t)), prev = 0;
   hid_t fs = H5Dget_space(of);
   int rc = !buf ? GJ_FAIL("%s: out of memory reading /doc_offsets", path)
@@ -190,7 +190,7 @@ static int map_tokens(gj_dataset *d, hid_t tk) {
     if (m == MAP_FAILED) {
       rc = GJ_FAIL("%s: cannot map /tokens (%llu bytes): %s", d->path, (unsigned long long)bytes, strerror(errno));
     } else {
-      d->map_base = m, d->map_len = len;
+      d->map_base = m, d->map_len = len, d->map_off = base;
       d->map = (const unsigned char *)m + (at - base);
       madvise(m, len, MADV_RANDOM); /* windows are read in a shuffled order */
     }
@@ -262,6 +262,17 @@ void gj_dataset_wrap(gj_dataset *d, const uint16_t *tokens, uint64_t n, int64_t 
   snprintf(d->path, sizeof d->path, "%s", name);
 }
 
+/* Drop this process's mapping of the pages around [p, p + len) of the map: the kernel maps a
+ * whole page-cache folio (up to 2 MiB, aligned in the file) on a fault, which would otherwise
+ * stay counted in the resident set. The pages stay in the page cache. */
+static void unmap_span(const gj_dataset *d, const unsigned char *p, size_t len) {
+  const uint64_t F = (uint64_t)2 << 20;
+  const unsigned char *base = d->map_base;
+  uint64_t o0 = d->map_off + (uint64_t)(p - base), o1 = o0 + len;
+  uint64_t a = GJ_MAX(o0 / F * F, d->map_off), e = GJ_MIN((o1 + F - 1) / F * F, d->map_off + d->map_len);
+  if (e > a) madvise((void *)(base + (a - d->map_off)), e - a, MADV_DONTNEED);
+}
+
 int gj_dataset_get(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out) {
   if (start > d->n_tokens || n > d->n_tokens - start)
     return GJ_FAIL("%s: tokens [%llu, %llu) are beyond its %llu tokens", d->path, (unsigned long long)start,
@@ -277,7 +288,10 @@ int gj_dataset_get(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out
     }
   } else if (d->map) {
     memcpy(u, d->map + start * 4, n * 4);
-  } else {
+  }
+  if (d->map_base) {
+    unmap_span(d, d->map + start * d->width, n * d->width);
+  } else if (!d->map) {
     hid_t fs = H5Dget_space((hid_t)d->tokens);
     hsize_t s0 = start, cnt = n;
     hid_t ms = H5Screate_simple(1, &cnt, NULL);

@@ -8,6 +8,8 @@
  * slices and not kept) and then reads any range of tokens on demand, whatever the corpus size:
  *  - /tokens contiguous (and little-endian): the file is memory-mapped at the dataset's file
  *    offset (H5Dget_offset), read-only and shared, so the ranks of a node share the page cache;
+ *    the pages of each range read are unmapped again at once (they stay in the page cache),
+ *    so that they do not add up in the rank's resident set;
  *  - /tokens chunked (the files gptj tokenize writes today: 1 Mi ids per chunk, deflate):
  *    read by hyperslab through HDF5's chunk cache (GJ_DATASET_CHUNK_CACHE bytes per dataset).
  * Both layouts load; the ids read are checked against the vocabulary as they are read. */
@@ -31,6 +33,7 @@ typedef struct {
   const unsigned char *map; /* [n_tokens * width], little-endian ids */
   void *map_base;           /* the mapping (page-aligned below map); NULL if not mapped */
   size_t map_len;
+  uint64_t map_off; /* the file offset of map_base */
   int64_t file, tokens; /* hid_t of the file and /tokens (hyperslab reads); -1 if unused */
 } gj_dataset;
 
