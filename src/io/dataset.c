@@ -243,7 +243,9 @@ int gj_dataset_open(gj_dataset *d, const char *path, int64_t max_vocab) {
   if (tk >= 0) H5Dclose(tk), tk = -1;
   if (!rc && !d->map && nt > 0) { /* hyperslab reads: keep the file open, with a chunk cache */
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
-    H5Pset_chunk_cache(dapl, 521, GJ_DATASET_CHUNK_CACHE, 1.0);
+    /* w0 0.75 (HDF5's default), not 1: with 1, HDF5 1.10.8 holds every chunk a partial read
+     * touched until the dataset is closed (measured: 1.5 MB more per window read) */
+    H5Pset_chunk_cache(dapl, 521, GJ_DATASET_CHUNK_CACHE, 0.75);
     tk = H5Dopen2(f, "/tokens", dapl);
     H5Pclose(dapl);
     if (tk < 0) rc = GJ_H5_FAIL("%s: cannot open /tokens", path);

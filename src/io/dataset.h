@@ -21,7 +21,7 @@
 
 #include "io/outfile.h"
 
-#define GJ_DATASET_CHUNK_CACHE ((size_t)16 << 20)
+#define GJ_DATASET_CHUNK_CACHE ((size_t)8 << 20) /* 4 of gptj tokenize's 2 MB chunks */
 
 typedef struct {
   uint64_t n_tokens, n_docs, n_bytes;
