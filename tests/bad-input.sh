@@ -172,13 +172,14 @@ ckpt("s_warm.h5", optim=dict(warmup=F64(2.5)))
 ckpt("s_seed.h5", loader=dict(seed=I64(-7)))
 ckpt("s_epoch.h5", loader=dict(epoch=I64(-1)))
 ckpt("s_cursor.h5", loader=dict(cursor=U64(1 << 63)))
-# token datasets: ids are uint16; offsets unsigned, from 0 up to n_tokens
+# token datasets: ids are uint16 or uint32; offsets unsigned, from 0 up to n_tokens
 ids = np.random.default_rng(1).integers(1, 64, 4000)
 tokens("small.h5", ids.astype(np.uint16))
 pad = ids.copy(); pad[-500:] = -1
 tokens("d_i64.h5", pad.astype(np.int64))
 tokens("d_f32.h5", ids.astype(np.float32) + 0.7)
-tokens("d_u32.h5", ids.astype(np.uint32))
+big = ids.astype(np.uint32); big[1000] = 70000   # uint32 ids load; one outside the vocabulary
+tokens("d_u32.h5", big)
 tokens("d_i16.h5", ids.astype(np.int16))
 tokens("d_u8.h5", ids.astype(np.uint8))
 tokens("d_u64.h5", ids.astype(np.uint64))
@@ -262,7 +263,8 @@ rows=(
 "0|is a directory|train --data $w"
 "0|text.h5: not an HDF5 file|train --data $w/text.h5"
 "0|trunc.h5|train --data $w/trunc.h5"
-"0|id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5"
+"0|bigid.h5: token 82 has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --seed 2 --run-dir $w/rbig"
+"2|has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --run-dir $w/rbig"
 "0|fewer than one window|train --data $w/short.h5 --seq-len 16"
 "0|--seq-len 4096 exceeds n_positions 128|train --data $w/ok.h5 --seq-len 4096"
 "0|--precision fp16: unknown precision (fp32, bf16)|train --data $w/ok.h5 --precision fp16"
@@ -348,7 +350,8 @@ rows=(
 "0|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
 "2|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
 "0|d_f32.h5: /tokens is float32, expected uint16|eval --checkpoint $w/s_good.h5 --data $w/d_f32.h5"
-"0|d_u32.h5: /tokens is uint32, expected uint16|info $w/d_u32.h5"
+"0|d_u32.h5: token 1000 has id 70000, not below the vocabulary size 64|eval --checkpoint $w/s_good.h5 --data $w/d_u32.h5"
+"2|d_u32.h5: token 1000 has id 70000, not below the vocabulary size 64|eval --checkpoint $w/s_good.h5 --data $w/d_u32.h5"
 "0|d_i16.h5: /tokens is int16, expected uint16|info $w/d_i16.h5"
 "0|d_u8.h5: /tokens is uint8, expected uint16|info $w/d_u8.h5"
 "0|d_u64.h5: /tokens is uint64, expected uint16|info $w/d_u64.h5"

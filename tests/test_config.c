@@ -1,11 +1,15 @@
 /* Config presets and validation; the parameter table; initialisation that is a function of
  * (seed, name, global index) so that every TP shard equals its slice of the 1-rank model. */
 #include <check.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "model/config.h"
 #include "model/gptj.h"
 #include "model/params.h"
+#include "io/dataset.h"
 #include "io/loader.h"
 #include "testutil.h"
 
@@ -121,11 +125,10 @@ END_TEST
  * batches whatever DP is; a loader restored from a saved state continues identically,
  * across epoch boundaries. */
 START_TEST(test_loader) {
-  gj_dataset ds = {0};
-  ds.n_tokens = 1001;
-  ds.tokens = malloc(ds.n_tokens * sizeof(uint16_t));
-  for (uint64_t i = 0; i < ds.n_tokens; i++) ds.tokens[i] = (uint16_t)(i % 50000);
-  snprintf(ds.path, sizeof ds.path, "synthetic");
+  gj_dataset ds;
+  uint16_t *tokens = malloc(1001 * sizeof(uint16_t));
+  for (uint64_t i = 0; i < 1001; i++) tokens[i] = (uint16_t)(i % 50000);
+  gj_dataset_wrap(&ds, tokens, 1001, 50257, "synthetic");
   const int64_t T = 8, G = 16, A = 2; /* 125 windows, 16 per global batch */
   uint64_t ref[40][16];
   for (int dp = 1; dp <= 4; dp *= 2) {
@@ -149,8 +152,11 @@ START_TEST(test_loader) {
       if (dp == 1) memcpy(ref[step], win, sizeof win);
       else ck_assert(!memcmp(ref[step], win, sizeof win));
       int32_t ids[8], tg[8];
-      gj_loader_window(&l, win[0], ids, tg);
-      for (int i = 0; i < T; i++) ck_assert_int_eq(tg[i], ds.tokens[win[0] * T + i + 1]);
+      ck_assert_int_eq(gj_loader_window(&l, win[0], ids, tg), 0);
+      for (int i = 0; i < T; i++) {
+        ck_assert_int_eq(ids[i], tokens[win[0] * T + i]);
+        ck_assert_int_eq(tg[i], tokens[win[0] * T + i + 1]);
+      }
     }
     gj_loader_free(&l);
   }
@@ -174,7 +180,7 @@ START_TEST(test_loader) {
   gj_loader_init(&c, &ds, T, 1, 1);
   ck_assert_int_eq(gj_loader_restore(&c, (gj_loader_state){1, 0, 500}), -1);
   gj_loader_free(&c);
-  free(ds.tokens);
+  free(tokens);
 }
 END_TEST
 
@@ -260,6 +266,139 @@ START_TEST(test_layout_find) {
 }
 END_TEST
 
+/* The shuffled order is a bijection on [0, n) for many n (1, 2, primes, 2^k - 1, 2^k,
+ * 2^k + 1), differs from the identity when n > 4, and depends on the key. */
+START_TEST(test_permute) {
+  uint64_t sizes[64];
+  int ns = 0;
+  for (uint64_t n = 1; n <= 40; n++) sizes[ns++] = n;
+  const uint64_t more[] = {61, 97, 127, 128, 129, 255, 256, 257, 1021, 1023, 1024, 1025, 4093, 4095,
+                           4096, 4097, 65521, 65535, 65536, 65537};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) sizes[ns++] = more[i];
+  unsigned char *seen = malloc(65537);
+  for (int k = 0; k < ns; k++) {
+    uint64_t n = sizes[k];
+    for (uint64_t key = 1; key <= 3; key++) {
+      memset(seen, 0, n);
+      uint64_t fixed = 0, same = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        uint64_t p = gj_loader_permute(n, gj_loader_key(key, 0), i);
+        ck_assert_msg(p < n, "n %llu: %llu -> %llu", (unsigned long long)n, (unsigned long long)i, (unsigned long long)p);
+        ck_assert_msg(!seen[p], "n %llu: %llu appears twice", (unsigned long long)n, (unsigned long long)p);
+        seen[p] = 1, fixed += p == i;
+        same += p == gj_loader_permute(n, gj_loader_key(key, 1), i);
+      }
+      if (n > 4) ck_assert_msg(fixed < n, "n %llu: the identity", (unsigned long long)n);
+      if (n > 4) ck_assert_msg(same < n, "n %llu: epochs 0 and 1 in the same order", (unsigned long long)n);
+    }
+  }
+  free(seen);
+  /* large n: a sample is in range and without collisions among nearby positions */
+  const uint64_t big = ((uint64_t)1 << 40) + 3;
+  uint64_t v[256];
+  for (int i = 0; i < 256; i++) {
+    v[i] = gj_loader_permute(big, 77, (uint64_t)i);
+    ck_assert(v[i] < big);
+    for (int j = 0; j < i; j++) ck_assert(v[j] != v[i]);
+  }
+}
+END_TEST
+
+/* A token file as another tool may write it: /tokens uint16 or uint32, contiguous or chunked
+ * (deflate). */
+static void write_tokens(const char *path, const uint32_t *ids, uint64_t n, int u32, int chunked, int64_t vocab) {
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ck_assert(f >= 0);
+  hsize_t dn = n, ch = 100, no = 2;
+  hid_t sp = H5Screate_simple(1, &dn, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (chunked) H5Pset_chunk(dcpl, 1, &ch), H5Pset_deflate(dcpl, 1);
+  hid_t d = H5Dcreate2(f, "tokens", u32 ? H5T_STD_U32LE : H5T_STD_U16LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ck_assert(d >= 0 && H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids) >= 0);
+  H5Dclose(d), H5Sclose(sp), H5Pclose(dcpl);
+  uint64_t offs[2] = {0, n};
+  sp = H5Screate_simple(1, &no, NULL);
+  d = H5Dcreate2(f, "doc_offsets", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offs);
+  H5Dclose(d), H5Sclose(sp);
+  const char *names[] = {"n_tokens", "n_docs", "n_bytes", "vocab_size"};
+  int64_t vals[] = {(int64_t)n, 1, 4 * (int64_t)n, vocab};
+  hid_t as = H5Screate(H5S_SCALAR);
+  for (int i = 0; i < 4; i++) {
+    hid_t a = H5Acreate2(f, names[i], H5T_STD_I64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &vals[i]);
+    H5Aclose(a);
+  }
+  H5Sclose(as);
+  ck_assert(H5Fclose(f) >= 0);
+}
+
+/* Datasets are read on demand, the same from every layout: uint16 and uint32 ids, contiguous
+ * (mapped) and chunked (hyperslab reads); a file written by gj_dataset_write (today's chunked
+ * files); ranges past the end and ids outside the vocabulary fail, naming the file and the
+ * token. */
+START_TEST(test_dataset_read) {
+  char dir[] = "/tmp/gj-test-dataset-XXXXXX", path[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  const uint64_t n = 1234;
+  uint32_t *ids = malloc(n * sizeof(uint32_t));
+  uint16_t *ids16 = malloc(n * sizeof(uint16_t));
+  int32_t got[300], *all = malloc(n * sizeof(int32_t));
+  for (int u32 = 0; u32 <= 1; u32++)
+    for (int chunked = 0; chunked <= 2; chunked++) {
+      const int64_t V = u32 ? 100000 : 50257;
+      for (uint64_t i = 0; i < n; i++) ids[i] = (uint32_t)((i * 7919 + 13) % (uint64_t)V), ids16[i] = (uint16_t)ids[i];
+      snprintf(path, sizeof path, "%s/t%d%d.h5", dir, u32, chunked);
+      if (chunked == 2) { /* gptj's own writer: uint16 only */
+        if (u32) continue;
+        uint64_t offs[2] = {0, n};
+        ck_assert_int_eq(gj_dataset_write(path, ids16, n, offs, 1, 4 * n, "test"), 0);
+      } else {
+        write_tokens(path, ids, n, u32, chunked, V);
+      }
+      gj_dataset d;
+      ck_assert_msg(gj_dataset_open(&d, path, 0) == 0, "%s: %s", path, gj_errmsg());
+      ck_assert_int_eq(d.n_tokens, n);
+      ck_assert_int_eq(d.width, u32 ? 4 : 2);
+      ck_assert_msg(chunked ? d.map == NULL : d.map != NULL, "%s: mapped %d", path, d.map != NULL);
+      const uint64_t starts[] = {0, 1, 99, 100, 555, n - 300};
+      for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++) {
+        ck_assert_int_eq(gj_dataset_get(&d, starts[k], 300, got), 0);
+        for (int i = 0; i < 300; i++) ck_assert_int_eq(got[i], (int32_t)ids[starts[k] + i]);
+      }
+      ck_assert_int_eq(gj_dataset_get(&d, n, 0, got), 0);
+      ck_assert_int_eq(gj_dataset_get(&d, n - 5, 6, got), -1);
+      ck_assert_ptr_nonnull(strstr(gj_errmsg(), "beyond its 1234 tokens"));
+      gj_dataset_advise(&d, 10, 100);
+      gj_loader l;
+      ck_assert_int_eq(gj_loader_init(&l, &d, 16, 3, 1), 0);
+      uint64_t win[4];
+      int32_t a[16], b[16];
+      ck_assert_int_eq(gj_loader_next(&l, 4, win), 0);
+      ck_assert_int_eq(gj_loader_window(&l, win[2], a, b), 0);
+      for (int i = 0; i < 16; i++) {
+        ck_assert_int_eq(a[i], (int32_t)ids[win[2] * 16 + i]);
+        ck_assert_int_eq(b[i], (int32_t)ids[win[2] * 16 + i + 1]);
+      }
+      gj_loader_free(&l);
+      gj_dataset_free(&d);
+      /* against a smaller model vocabulary: the first id at or above it is named */
+      ck_assert_int_eq(gj_dataset_open(&d, path, 1000), 0);
+      uint64_t first = 0;
+      while (ids[first] < 1000) first++;
+      ck_assert_int_eq(gj_dataset_get(&d, 0, n, all), -1);
+      char want[512];
+      snprintf(want, sizeof want, "%s: token %llu has id %u, not below the vocabulary size 1000", path,
+               (unsigned long long)first, ids[first]);
+      ck_assert_msg(strstr(gj_errmsg(), want), "%s vs %s", gj_errmsg(), want);
+      gj_dataset_free(&d);
+      gj_dataset_free(&d); /* twice: harmless */
+      unlink(path);
+    }
+  free(ids), free(ids16), free(all);
+  rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -270,6 +409,8 @@ int main(void) {
   tcase_add_test(tc, test_layout);
   tcase_add_test(tc, test_init_sharded);
   tcase_add_test(tc, test_loader);
+  tcase_add_test(tc, test_permute);
+  tcase_add_test(tc, test_dataset_read);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -94,12 +94,11 @@ START_TEST(test_eval_matches_loop) {
   const int64_t n = 157, T = 24;
   gj_config c;
   tiny(&c, 2);
-  gj_dataset ds = {0};
-  ds.n_tokens = n;
-  ds.tokens = malloc(n * sizeof(uint16_t));
+  gj_dataset ds;
+  uint16_t *tokens = malloc(n * sizeof(uint16_t));
   int32_t *x = malloc(n * sizeof(int32_t));
-  for (int64_t i = 0; i < n; i++) ds.tokens[i] = (uint16_t)((i * 31 + i / 7) % 96), x[i] = ds.tokens[i];
-  snprintf(ds.path, sizeof ds.path, "synthetic");
+  for (int64_t i = 0; i < n; i++) tokens[i] = (uint16_t)((i * 31 + i / 7) % 96), x[i] = tokens[i];
+  gj_dataset_wrap(&ds, tokens, (uint64_t)n, c.vocab_size, "synthetic");
   int64_t strides[2] = {T, 10};
   double results[2][2];
   for (int lay = 0; lay < 2; lay++) { /* (DP, TP) = (size, 1), then (1, size) */
@@ -131,7 +130,7 @@ START_TEST(test_eval_matches_loop) {
   /* overlapping windows give more context, so a lower or equal loss is not guaranteed on a
    * random model; but they must differ from the non-overlapping ones */
   ck_assert(results[0][0] != results[0][1]);
-  free(ds.tokens), free(x);
+  free(tokens), free(x);
 }
 END_TEST
 

@@ -123,7 +123,7 @@ int gj_cmd_eval(int argc, char **argv) {
     rc = GJ_FAIL("--stride %lld exceeds --seq-len %lld", (long long)S, (long long)T);
     goto done;
   }
-  rc = gj_dataset_read(&ds, data, m.c.vocab_size);
+  rc = gj_dataset_open(&ds, data, m.c.vocab_size);
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   double t0 = gj_now(), nll;
   int64_t cnt;
@@ -340,7 +340,7 @@ int gj_cmd_info(int argc, char **argv) {
   GJ_TRY(gj_filekind_of(pos[0], &kind));
   if (kind != GJ_FILE_TOKENS) return gj_ckpt_info(pos[0]);
   gj_dataset d;
-  GJ_TRY(gj_dataset_read(&d, pos[0], 0));
+  GJ_TRY(gj_dataset_open(&d, pos[0], 0));
   printf("file: %s\nformat: gptj-mpi-tokens\ntokenizer: gpt2 (vocab %lld, eot 50256)\n"
          "documents: %llu\ntokens: %llu\nsource bytes: %llu\nbytes per token: %.4f\n",
          pos[0], (long long)d.vocab_size, (unsigned long long)d.n_docs,

@@ -268,8 +268,8 @@ static int parse(train_ctx *x, int argc, char **argv) {
 /* The training and validation sets and the loader (agreed). */
 static int setup_data(train_ctx *x) {
   const train_opts *o = &x->o;
-  int rc = gj_dataset_read(&x->train, o->data, x->c.vocab_size);
-  if (!rc && o->valid_data) rc = gj_dataset_read(&x->valid, o->valid_data, x->c.vocab_size);
+  int rc = gj_dataset_open(&x->train, o->data, x->c.vocab_size);
+  if (!rc && o->valid_data) rc = gj_dataset_open(&x->valid, o->valid_data, x->c.vocab_size);
   if (!rc && o->valid_data && x->valid.n_tokens < (uint64_t)o->seq_len + 1)
     rc = GJ_FAIL("--valid-data %s: %llu tokens, fewer than one window of seq_len + 1 = %lld", o->valid_data,
                  (unsigned long long)x->valid.n_tokens, (long long)o->seq_len + 1);

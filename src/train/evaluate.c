@@ -28,12 +28,12 @@ int gj_evaluate(gj_model *m, const gj_dataset *ds, int64_t T, int64_t S, int64_t
         sum += ls, cnt += nv, nb = 0;
       }
       Tb = len;
-      for (int64_t i = 0; i < len; i++) {
-        ids[nb * len + i] = ds->tokens[b + i];
-        int64_t ti = b + i + 1; /* index of this target */
-        tg[nb * len + i] = ti > prev_end ? ds->tokens[ti] : -1;
-      }
-      if (++nb == B && !rc) {
+      /* the window's tokens and their successors, read from the dataset */
+      if (!rc) rc = gj_dataset_get(ds, (uint64_t)b, (uint64_t)len, ids + nb * len);
+      if (!rc) rc = gj_dataset_get(ds, (uint64_t)b + 1, (uint64_t)len, tg + nb * len);
+      for (int64_t i = 0; i < len && !rc; i++)
+        if (b + i + 1 <= prev_end) tg[nb * len + i] = -1; /* target b+i+1 scored by an earlier window */
+      if (!rc && ++nb == B) {
         double ls; int64_t nv;
         rc = gj_model_forward(m, ids, tg, nb, Tb, 0.0f, &ls, &nv);
         sum += ls, cnt += nv, nb = 0;

@@ -90,13 +90,22 @@ static void fmt_time(char *out, size_t n, double s) {
   else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* gj_batch_fn: micro-batch a of this DP rank, from the global batch's windows. */
+/* gj_batch_fn: micro-batch a of this DP rank, from the global batch's windows, read from the
+ * dataset now. A bad id or a read error can happen on some ranks only, and the step's
+ * collectives follow: so before the first micro-batch every rank reads all of its windows of
+ * this step (into ids and tg, overwritten below; the same pages are read again at once) and
+ * the ranks agree on the outcome. */
 static int fill_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
   loop_state *s = ctx;
   gj_run *r = s->r;
   int64_t B = r->B, T = r->T, base = (r->tr->g->dp_rank * r->A + a) * B;
-  for (int64_t b = 0; b < B; b++) gj_loader_window(r->loader, s->win[base + b], ids + b * T, tg + b * T);
-  return 0;
+  int rc = 0;
+  if (a == 0) {
+    for (int64_t k = 0; k < r->A * B && !rc; k++) rc = gj_loader_window(r->loader, s->win[base + k], ids, tg);
+    GJ_TRY(gj_agree(r->tr->g->world, rc));
+  }
+  for (int64_t b = 0; b < B && !rc; b++) rc = gj_loader_window(r->loader, s->win[base + b], ids + b * T, tg + b * T);
+  return rc;
 }
 
 /* The ceilings again after 10, 100, 1000... steps, keeping the best: another job on the same
