@@ -23,18 +23,44 @@
 
 #define GJ_HF_HELP "a Hugging Face GPT-J directory (config.json + safetensors, single or sharded, F32/F16/BF16), read directly: each rank reads its TP slices (instead of --checkpoint)"
 
-/* This rank's slices of every tensor of a Hugging Face directory into st's parameters. */
-static int read_hf_weights(gj_hf *h, gj_state *st) {
-  GJ_TRY(gj_hf_check(h, &st->lay));
-  for (int i = 0; i < st->lay.n; i++) {
-    const gj_tensor *t = &st->lay.t[i];
-    float *p = st->params + t->offset;
-    GJ_TRY(gj_hf_read(h, t, p));
-    for (size_t k = 0; k < t->numel; k++)
-      if (!isfinite(p[k])) return GJ_FAIL("%s: tensor '%s' has a non-finite value", h->dir, t->name);
-    if (gj_stop_signal()) return GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), h->dir);
+/* Tensor t of a Hugging Face directory, read in blocks of rows of at most 4 Mi floats, into
+ * the bfloat16 copies of a bf16-resident state (rounded as the bf16 path rounds weights). */
+static int read_hf_rounded(gj_hf *h, gj_state *st, const gj_tensor *t, float *buf, int64_t rows) {
+  for (int64_t r0 = 0; r0 < t->lrows; r0 += rows) {
+    int64_t nr = GJ_MIN(rows, t->lrows - r0);
+    size_t n = (size_t)nr * t->lcols;
+    GJ_TRY(gj_hf_read_rows(h, t, r0, nr, buf));
+    for (size_t k = 0; k < n; k++)
+      if (!isfinite(buf[k])) return GJ_FAIL("%s: tensor '%s' has a non-finite value", h->dir, t->name);
+    gj_bf16_round(st->w16 + t->offset + (size_t)r0 * t->lcols, buf, n);
   }
   return 0;
+}
+
+/* This rank's slices of every tensor of a Hugging Face directory into st: float32 into its
+ * parameters, or, for a bf16-resident state, the GEMM weights into its bfloat16 copies. */
+static int read_hf_weights(gj_hf *h, gj_state *st) {
+  GJ_TRY(gj_hf_check(h, &st->lay));
+  int64_t rows = 1;
+  for (int i = 0; i < st->lay.n; i++) rows = GJ_MAX(rows, st->lay.t[i].lcols);
+  rows = GJ_MAX((int64_t)1, ((int64_t)1 << 22) / rows);
+  float *buf = st->w16 ? malloc(((size_t)1 << 22) * sizeof(float) + 64) : NULL;
+  int rc = st->w16 && !buf ? GJ_FAIL("out of memory") : 0;
+  for (int i = 0; i < st->lay.n && !rc; i++) {
+    const gj_tensor *t = &st->lay.t[i];
+    if (st->w16 && gj_tensor_has_w16(t)) {
+      rc = read_hf_rounded(h, st, t, buf, rows);
+    } else {
+      float *p = st->params + t->offset;
+      rc = gj_hf_read(h, t, p);
+      for (size_t k = 0; !rc && k < t->numel; k++)
+        if (!isfinite(p[k])) rc = GJ_FAIL("%s: tensor '%s' has a non-finite value", h->dir, t->name);
+    }
+    if (!rc && gj_stop_signal())
+      rc = GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), h->dir);
+  }
+  free(buf);
+  return rc;
 }
 
 /* Grid, config from the checkpoint (or Hugging Face directory hf), model with capacity [B, T],
@@ -60,14 +86,23 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   /* refuse, before allocating, a model that does not fit (what the weights-only state and
    * gj_model_create allocate: no gradients or optimizer moments) */
   gj_mem_sizes ms;
+  /* in bf16 from a Hugging Face directory the GEMM weights are held in bfloat16 only */
+  int lean16 = hf && gj_gemm_precision() == GJ_PREC_BF16;
+  size_t wbytes = 0;
   if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, keep, 0, B, *T, omp_get_max_threads());
+  if (!rc && lean16) rc = gj_state_weights16_bytes(&c, g->tp_size, &wbytes);
   if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
   char detail[256];
-  snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
-           ms.acts / 1e9, ms.w16 / 1e9);
-  rc = gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL);
+  if (lean16) {
+    snprintf(detail, sizeof detail, "weights in bf16 %.2f, activations %.2f", wbytes / 1e9, ms.acts / 1e9);
+    rc = gj_mem_check(w, (double)wbytes + ms.acts, detail, hint, mem_gb, NULL);
+  } else {
+    snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
+             ms.acts / 1e9, ms.w16 / 1e9);
+    rc = gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL);
+  }
   if (!rc) {
-    rc = gj_state_create_weights(st, &c, g);
+    rc = lean16 ? gj_state_create_weights16(st, &c, g) : gj_state_create_weights(st, &c, g);
     if (!rc) rc = gj_model_create(m, st, g, B, *T, keep, 0);
     rc = gj_agree(w, rc);
   }

@@ -192,3 +192,14 @@ int gj_hf_read(gj_hf *h, const gj_tensor *t, float *out) {
   GJ_TRY(check_shape(f, st, t));
   return gj_st_read_block_f32(f, st, t->row0, t->lrows, t->col0, t->lcols, out);
 }
+
+int gj_hf_read_rows(gj_hf *h, const gj_tensor *t, int64_t r0, int64_t nr, float *out) {
+  gj_st_file *f;
+  const gj_st_tensor *st;
+  GJ_TRY(find(h, t->name, &f, &st));
+  GJ_TRY(check_shape(f, st, t));
+  if (r0 < 0 || nr < 0 || r0 + nr > t->lrows)
+    return GJ_FAIL("internal: rows [%lld, %lld) of a slice of %lld rows", (long long)r0, (long long)(r0 + nr),
+                   (long long)t->lrows);
+  return gj_st_read_block_f32(f, st, t->row0 + r0, nr, t->col0, t->lcols, out);
+}

@@ -36,5 +36,7 @@ int gj_hf_check(gj_hf *h, const gj_layout *l);
 /* This rank's slice of tensor t (t->lrows x t->lcols from (t->row0, t->col0)) as float32 into
  * out [t->numel]: only those bytes are read. */
 int gj_hf_read(gj_hf *h, const gj_tensor *t, float *out);
+/* Rows [r0, r0 + nr) of that slice (nr x t->lcols floats). */
+int gj_hf_read_rows(gj_hf *h, const gj_tensor *t, int64_t r0, int64_t nr, float *out);
 
 #endif

@@ -35,12 +35,6 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
   return dst;
 }
 
-/* The tensors with bf16 copies: the GEMM weights, every 2-D tensor but the embedding (a
- * lookup table). */
-static int has_w16(const gj_tensor *t) {
-  return t->ndim == 2 && strcmp(t->name, "transformer.wte.weight") != 0;
-}
-
 /* The activation arena's buffers, in order, with their sizes in floats. */
 #define GJ_ACT_ITEMS 34
 typedef struct { float **p; size_t n; } act_item;
@@ -145,7 +139,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   s->w16 = 0;
   if (gj_gemm_precision() == GJ_PREC_BF16)
     for (int i = 0; i < l.n; i++)
-      if (has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
+      if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
   /* np, P <= numel + 16 dp, numel <= 2 GJ_MAX_PARAMS: these byte counts are far from overflowing */
   s->params = s->grads = np * sizeof(float);
@@ -199,7 +193,9 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
     *fl[i].p = fl[i].n ? m->act_arena + off : NULL; /* the bf16 copies are NULL in float32 */
     off += (fl[i].n + 15) / 16 * 16;
   }
-  if (gj_gemm_precision() == GJ_PREC_BF16) {
+  if (st->w16) { /* bf16-resident weights: the state's copies are the weights */
+    m->w16 = st->w16;
+  } else if (gj_gemm_precision() == GJ_PREC_BF16) {
     /* only the GEMM weights' pages are ever touched (by the first refresh) */
     if (posix_memalign((void **)&m->w16, (size_t)2 << 20, np * sizeof(gj_bf16)))
       return m->w16 = NULL, gj_model_free(m),
@@ -213,19 +209,19 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   return 0;
 }
 
-void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL; }
+void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL && !m->st->w16; }
 
 void gj_model_sync_w16(gj_model *m) {
   if (!m->w16 || !m->w16_stale) return;
   for (int i = 0; i < m->lay->n; i++) {
     const gj_tensor *t = &m->lay->t[i];
-    if (has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
+    if (gj_tensor_has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
   }
   m->w16_stale = 0;
 }
 
 void gj_model_free(gj_model *m) {
-  free(m->w16);
+  if (!m->st || m->w16 != m->st->w16) free(m->w16);
   free(m->act_arena);
   free(m->P.h);
   free(m->G.h);

@@ -98,6 +98,10 @@ const gj_tensor *gj_layout_find(const gj_layout *l, const char *name);
 /* Point p (n_layer entries allocated by the caller in p->h) into block base. */
 void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p);
 
+/* The tensors that bf16 precision multiplies from bfloat16 copies: the GEMM weights, every
+ * 2-D tensor but the embedding (a lookup table). */
+int gj_tensor_has_w16(const gj_tensor *t);
+
 /* Initialise a block as GPT-J was trained (DESIGN.md §9); each element depends only on
  * (seed, tensor name, global index). */
 void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_t seed);

@@ -59,7 +59,45 @@ int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g) {
   return create(s, c, g, 0, 0);
 }
 
+/* An anonymous mapping whose pages become resident when written (not before). */
+static void *map_lazy(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, c, tp, 0));
+  *bytes = 0;
+  for (int i = 0; i < l.n; i++)
+    *bytes += l.t[i].numel * (gj_tensor_has_w16(&l.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+  gj_layout_free(&l);
+  return 0;
+}
+
+int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g) {
+  memset(s, 0, sizeof *s);
+  GJ_TRY(gj_config_validate(c));
+  s->c = *c;
+  GJ_TRY(gj_layout_build(&s->lay, c, g->tp_size, g->tp_rank));
+  s->numel_pad = s->lay.numel;
+  s->arena_map = s->numel_pad * sizeof(float), s->w16_bytes = s->numel_pad * sizeof(gj_bf16);
+  s->arena = map_lazy(s->arena_map);
+  s->w16 = map_lazy(s->w16_bytes);
+  if (!s->arena || !s->w16) {
+    size_t need = s->arena_map + s->w16_bytes;
+    gj_state_free(s);
+    return GJ_FAIL("out of address space: bf16 weights of %zu bytes", need);
+  }
+  s->params = s->arena;
+  for (int i = 0; i < s->lay.n; i++)
+    s->bytes += s->lay.t[i].numel * (gj_tensor_has_w16(&s->lay.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+  return 0;
+}
+
 void gj_state_free(gj_state *s) {
+  if (s->arena_map) munmap(s->arena, s->arena_map), s->arena = NULL;
+  if (s->w16) munmap(s->w16, s->w16_bytes);
   free(s->arena);
   gj_layout_free(&s->lay);
   memset(s, 0, sizeof *s);
