@@ -8,6 +8,7 @@
 #include <hdf5.h>
 #include <jansson.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "io/dataset.h"
@@ -384,6 +385,52 @@ START_TEST(test_hf_direct) {
 }
 END_TEST
 
+/* gptj random-hf: the weights are gj_params_init's (float32 files hold them exactly), in
+ * several shards with an index that --from-hf and --hf read. */
+START_TEST(test_random_hf) {
+  char d[1300], p[1400];
+  snprintf(d, sizeof d, "%s/rhf", OUT);
+  sh("rm -rf %s", d);
+  ck_assert_int_eq(sh("%s/gptj random-hf --preset tiny --n_layer 3 --out %s --dtype float32 --shard-gb 0.01 --seed 9 >/dev/null",
+                      B_, d), 0);
+  ck_assert_int_eq(sh("test -f %s/model.safetensors.index.json", d), 0);
+  int nsh = 0; /* model-0000K-of-0000N: N from the first file's name */
+  for (int n = 2; n < 16 && !nsh; n++) {
+    snprintf(p, sizeof p, "%s/model-00001-of-%05d.safetensors", d, n);
+    if (!access(p, F_OK)) nsh = n;
+  }
+  ck_assert_int_gt(nsh, 1);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/rhf.h5 >/dev/null", B_, d, OUT), 0);
+  gj_config c;
+  gj_config_preset(&c, "tiny");
+  c.n_layer = 3;
+  gj_layout l;
+  ck_assert_int_eq(gj_layout_build(&l, &c, 1, 0), 0);
+  const gj_tensor *t = gj_layout_find(&l, "transformer.h.2.mlp.fc_in.weight");
+  float *want = malloc(t->numel * 4), *got = malloc(t->numel * 4);
+  gj_params_init_tensor(t, &c, want, 9);
+  gj_st_file st;
+  int found = 0;
+  for (int k = 1; k <= nsh && !found; k++) {
+    snprintf(p, sizeof p, "%s/model-%05d-of-%05d.safetensors", d, k, nsh);
+    ck_assert_int_eq(gj_st_open(&st, p), 0);
+    const gj_st_tensor *tt = gj_st_find(&st, t->name);
+    if (tt) {
+      ck_assert_int_eq(gj_st_read_f32(&st, tt, got), 0);
+      ck_assert(!memcmp(got, want, t->numel * 4));
+      found = 1;
+    }
+    gj_st_close(&st);
+  }
+  ck_assert(found);
+  free(want), free(got);
+  gj_layout_free(&l);
+  ck_assert_int_eq(sh("%s/gptj generate --hf %s --prompt-ids 1,2 --ids --max-new-tokens 3 >/dev/null 2>&1", B_, d), 0);
+  /* bad shapes are refused by the model's checks */
+  ck_assert_int_eq(sh("%s/gptj random-hf --preset tiny --n_head 3 --out %s/rhf-bad >/dev/null 2>&1", B_, OUT), 1);
+}
+END_TEST
+
 int main(void) {
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
@@ -410,6 +457,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_files);
   tcase_add_test(tc, test_many_tensors);
   tcase_add_test(tc, test_hf_direct);
+  tcase_add_test(tc, test_random_hf);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -1,7 +1,6 @@
 /* gptj convert: Hugging Face GPT-J (config.json + safetensors, single or sharded; F32, F16 or
  * BF16) <-> gptj-mpi checkpoints, streaming one tensor at a time (memory: the largest tensor). */
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,31 +53,6 @@ static int from_hf(const char *dir, const char *out) {
   return rc;
 }
 
-/* config.json of HF's GPTJConfig for c */
-static json_t *hf_config_json(const gj_config *c, gj_st_dtype dt) {
-  json_t *j = json_object();
-  json_object_set_new(j, "architectures", json_pack("[s]", "GPTJForCausalLM"));
-  json_object_set_new(j, "model_type", json_string("gptj"));
-  json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
-  json_object_set_new(j, "n_positions", json_integer(c->n_positions));
-  json_object_set_new(j, "n_embd", json_integer(c->n_embd));
-  json_object_set_new(j, "n_layer", json_integer(c->n_layer));
-  json_object_set_new(j, "n_head", json_integer(c->n_head));
-  json_object_set_new(j, "rotary_dim", json_integer(c->rotary_dim));
-  json_object_set_new(j, "n_inner", json_integer(c->n_inner));
-  json_object_set_new(j, "layer_norm_epsilon", json_real(c->layer_norm_epsilon));
-  json_object_set_new(j, "activation_function", json_string("gelu_new"));
-  json_object_set_new(j, "resid_pdrop", json_real(0.0));
-  json_object_set_new(j, "embd_pdrop", json_real(0.0));
-  json_object_set_new(j, "attn_pdrop", json_real(0.0));
-  json_object_set_new(j, "initializer_range", json_real(0.02));
-  json_object_set_new(j, "bos_token_id", json_integer(50256));
-  json_object_set_new(j, "eos_token_id", json_integer(50256));
-  json_object_set_new(j, "tie_word_embeddings", json_false());
-  json_object_set_new(j, "use_cache", json_true());
-  json_object_set_new(j, "torch_dtype", json_string(dt == GJ_ST_F32 ? "float32" : "bfloat16"));
-  return j;
-}
 
 /* The directory of --to-hf exists (made if need be), and neither output replaces the
  * checkpoint being read; a sharded model already there would shadow the new file (readers
@@ -137,10 +111,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_outfile cfg = {0};
   if (!rc) rc = gj_outfile_begin(&cfg, cfg_path);
   if (!rc) {
-    json_t *j = hf_config_json(&c, dt);
-    if (json_dump_file(j, cfg.tmp, JSON_INDENT(2) | JSON_SORT_KEYS))
-      rc = GJ_FAIL("%s: write failed (disk full?)", cfg.tmp);
-    json_decref(j);
+    rc = gj_hf_write_config(cfg.tmp, &c, dt);
   }
   gj_st_writer w;
   int begun = 0;

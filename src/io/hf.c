@@ -203,3 +203,47 @@ int gj_hf_read_rows(gj_hf *h, const gj_tensor *t, int64_t r0, int64_t nr, float 
                    (long long)t->lrows);
   return gj_st_read_block_f32(f, st, t->row0 + r0, nr, t->col0, t->lcols, out);
 }
+
+/* config.json of HF's GPTJConfig for c */
+static json_t *config_json(const gj_config *c, gj_st_dtype dt) {
+  json_t *j = json_object();
+  json_object_set_new(j, "architectures", json_pack("[s]", "GPTJForCausalLM"));
+  json_object_set_new(j, "model_type", json_string("gptj"));
+  json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
+  json_object_set_new(j, "n_positions", json_integer(c->n_positions));
+  json_object_set_new(j, "n_embd", json_integer(c->n_embd));
+  json_object_set_new(j, "n_layer", json_integer(c->n_layer));
+  json_object_set_new(j, "n_head", json_integer(c->n_head));
+  json_object_set_new(j, "rotary_dim", json_integer(c->rotary_dim));
+  json_object_set_new(j, "n_inner", json_integer(c->n_inner));
+  json_object_set_new(j, "layer_norm_epsilon", json_real(c->layer_norm_epsilon));
+  json_object_set_new(j, "activation_function", json_string("gelu_new"));
+  json_object_set_new(j, "resid_pdrop", json_real(0.0));
+  json_object_set_new(j, "embd_pdrop", json_real(0.0));
+  json_object_set_new(j, "attn_pdrop", json_real(0.0));
+  json_object_set_new(j, "initializer_range", json_real(0.02));
+  json_object_set_new(j, "bos_token_id", json_integer(50256));
+  json_object_set_new(j, "eos_token_id", json_integer(50256));
+  json_object_set_new(j, "tie_word_embeddings", json_false());
+  json_object_set_new(j, "use_cache", json_true());
+  json_object_set_new(j, "torch_dtype", json_string(dt == GJ_ST_F32 ? "float32" : "bfloat16"));
+  return j;
+}
+
+int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype) {
+  json_t *j = config_json(c, dtype);
+  int bad = !j || json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  json_decref(j);
+  return bad ? GJ_FAIL("%s: write failed (disk full?)", path) : 0;
+}
+
+int gj_hf_write_index(const char *path, const char *const *names, const char *const *files, int n,
+                      uint64_t total_size) {
+  json_t *j = json_object(), *wm = json_object();
+  for (int i = 0; i < n; i++) json_object_set_new(wm, names[i], json_string(files[i]));
+  json_object_set_new(j, "metadata", json_pack("{s:I}", "total_size", (json_int_t)total_size));
+  json_object_set_new(j, "weight_map", wm);
+  int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  json_decref(j);
+  return bad ? GJ_FAIL("%s: write failed (disk full?)", path) : 0;
+}

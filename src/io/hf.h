@@ -39,4 +39,11 @@ int gj_hf_read(gj_hf *h, const gj_tensor *t, float *out);
 /* Rows [r0, r0 + nr) of that slice (nr x t->lcols floats). */
 int gj_hf_read_rows(gj_hf *h, const gj_tensor *t, int64_t r0, int64_t nr, float *out);
 
+/* config.json of Hugging Face's GPTJConfig for c (torch_dtype from dtype) written to path. */
+int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype);
+/* model.safetensors.index.json: tensor names[i] in file files[i] (a base name), total_size the
+ * bytes of all tensors. */
+int gj_hf_write_index(const char *path, const char *const *names, const char *const *files, int n,
+                      uint64_t total_size);
+
 #endif

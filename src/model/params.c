@@ -145,26 +145,26 @@ static double trunc_normal(uint64_t key, uint64_t idx) {
   }
 }
 
-void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_t seed) {
-  for (int i = 0; i < l->n; i++) {
-    const gj_tensor *t = &l->t[i];
-    float *p = base + t->offset;
-    double sigma = 0;
-    switch (t->init) {
-    case GJ_INIT_ZERO: memset(p, 0, t->numel * sizeof(float)); continue;
-    case GJ_INIT_ONE: for (size_t k = 0; k < t->numel; k++) p[k] = 1.0f; continue;
-    case GJ_INIT_LINEAR: sigma = 1.0 / sqrt((double)t->cols); break; /* fan_in = in features */
-    case GJ_INIT_PROJ: sigma = (2.0 / c->n_layer) / sqrt((double)c->n_embd); break;
-    case GJ_INIT_EMBED: sigma = 1.0 / sqrt((double)c->vocab_size); break;
-    }
-    uint64_t key = gj_mix64(seed) ^ hash_name(t->name);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < t->lrows; r++)
-      for (int64_t cc = 0; cc < t->lcols; cc++) {
-        uint64_t g = (uint64_t)(t->row0 + r) * t->cols + (t->col0 + cc);
-        p[r * t->lcols + cc] = (float)(sigma * trunc_normal(key, g));
-      }
+void gj_params_init_tensor(const gj_tensor *t, const gj_config *c, float *p, uint64_t seed) {
+  double sigma = 0;
+  switch (t->init) {
+  case GJ_INIT_ZERO: memset(p, 0, t->numel * sizeof(float)); return;
+  case GJ_INIT_ONE: for (size_t k = 0; k < t->numel; k++) p[k] = 1.0f; return;
+  case GJ_INIT_LINEAR: sigma = 1.0 / sqrt((double)t->cols); break; /* fan_in = in features */
+  case GJ_INIT_PROJ: sigma = (2.0 / c->n_layer) / sqrt((double)c->n_embd); break;
+  case GJ_INIT_EMBED: sigma = 1.0 / sqrt((double)c->vocab_size); break;
   }
+  uint64_t key = gj_mix64(seed) ^ hash_name(t->name);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < t->lrows; r++)
+    for (int64_t cc = 0; cc < t->lcols; cc++) {
+      uint64_t g = (uint64_t)(t->row0 + r) * t->cols + (t->col0 + cc);
+      p[r * t->lcols + cc] = (float)(sigma * trunc_normal(key, g));
+    }
+}
+
+void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_t seed) {
+  for (int i = 0; i < l->n; i++) gj_params_init_tensor(&l->t[i], c, base + l->t[i].offset, seed);
 }
 
 int gj_tensor_has_w16(const gj_tensor *t) {

@@ -105,5 +105,7 @@ int gj_tensor_has_w16(const gj_tensor *t);
 /* Initialise a block as GPT-J was trained (DESIGN.md §9); each element depends only on
  * (seed, tensor name, global index). */
 void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_t seed);
+/* The same for one tensor, into p [t->numel]. */
+void gj_params_init_tensor(const gj_tensor *t, const gj_config *c, float *p, uint64_t seed);
 
 #endif
