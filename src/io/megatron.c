@@ -144,10 +144,13 @@ static int open_index(gj_dataset *d, const char *idx, const char *bin, uint64_t 
     rc = GJ_FAIL("%s: dtype code %d (%s) cannot hold token ids (read: uint8, int16, uint16, int32, int64)", idx,
                  h[17], tn);
   /* the counts bounded by the file's size before any product is formed */
-  if (!rc && (S > size / 12 || D > size / 8 || HEADER + 12 * S + 8 * D != size))
-    rc = GJ_FAIL("%s: %llu bytes, but its %llu sequences and %llu document indices need %s (truncated or corrupted)",
+  if (!rc && (S > size / 12 || D > size / 8))
+    rc = GJ_FAIL("%s: %llu bytes, too few for its %llu sequences and %llu document indices (truncated or corrupted)",
+                 idx, (unsigned long long)size, (unsigned long long)S, (unsigned long long)D);
+  else if (!rc && HEADER + 12 * S + 8 * D != size)
+    rc = GJ_FAIL("%s: %llu bytes, but its %llu sequences and %llu document indices take %llu (truncated or corrupted)",
                  idx, (unsigned long long)size, (unsigned long long)S, (unsigned long long)D,
-                 S > size / 12 || D > size / 8 ? "more" : "another size");
+                 (unsigned long long)(HEADER + 12 * S + 8 * D));
   if (!rc && D == 0) rc = GJ_FAIL("%s: no document indices (at least the 0 that starts the first)", idx);
   if (!rc && bin_size % (uint64_t)w)
     rc = GJ_FAIL("%s: %llu bytes, not a whole number of %s ids (the index does not match the .bin)", bin,
