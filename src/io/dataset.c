@@ -307,7 +307,11 @@ int gj_dataset_get(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out
     return GJ_FAIL("%s: tokens [%llu, %llu) are beyond its %llu tokens", d->path, (unsigned long long)start,
                    (unsigned long long)(start + n), (unsigned long long)d->n_tokens);
   if (n == 0) return 0;
-  if (d->is_signed || d->width == 1 || d->width == 8) return get_any(d, start, n, out);
+  /* a Megatron .bin is little-endian whatever the host (HDF5 maps only on little-endian hosts) */
+  const uint16_t probe = 1;
+  int le_host = *(const unsigned char *)&probe == 1;
+  if (d->is_signed || d->width == 1 || d->width == 8 || (!le_host && !strcmp(d->format, "megatron-mmidx")))
+    return get_any(d, start, n, out);
   uint32_t *u = (uint32_t *)out; /* ids are read as uint32, then checked, then stored as int32 */
   if (d->map && d->width == 2) {
     const unsigned char *p = d->map + start * 2; /* HDF5 does not promise an aligned offset */
