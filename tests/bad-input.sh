@@ -242,6 +242,23 @@ with h5py.File(w + "/nan.h5", "r+") as f:
     d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
 PY
 
+# Megatron indexed datasets (MMIDIDX), written from the format's definition: 4000 uint16 ids
+# in 4 sequences of 1 document (mg_ok), and one fault each
+/usr/bin/python3 - "$w" <<'PY'
+import sys, struct
+w = sys.argv[1]
+def mg(name, ids=None, code=8, fmt="<H", magic=b"MMIDIDX\x00\x00", lens=(1000,) * 4, ptr_shift=0, cut=0, bin=True, nseq=None):
+    ids = ids or [(i * 7919 + 13) % 50257 for i in range(sum(lens))]
+    if bin: open("%s/%s.bin" % (w, name), "wb").write(b"".join(struct.pack(fmt, v) for v in ids))
+    sz = struct.calcsize(fmt); ptrs = [sum(lens[:i]) * sz for i in range(len(lens))]
+    ptrs[-1] += ptr_shift
+    idx = magic + struct.pack("<QBQQ", 1, code, nseq or len(lens), 2) + struct.pack("<%di" % len(lens), *lens) \
+        + struct.pack("<%dq" % len(lens), *ptrs) + struct.pack("<2q", 0, len(lens))
+    open("%s/%s.idx" % (w, name), "wb").write(idx[: len(idx) - cut] if cut else idx)
+mg("mg_ok"); mg("mg_ptr", ptr_shift=2); mg("mg_magic", magic=b"MMIDIDY\x00\x00"); mg("mg_f64", code=6, fmt="<d")
+mg("mg_nobin", bin=False); mg("mg_trunc", cut=10); mg("mg_head", cut=80); mg("mg_huge", nseq=1 << 62)
+mg("mg_big", ids=[1, 2, 60000, 3] * 1000, code=4, fmt="<i")
+PY
 # np | expected text in the error | command (after gptj)
 rows=(
 "0|unknown command 'trian'|trian"
@@ -263,6 +280,16 @@ rows=(
 "0|is a directory|train --data $w"
 "0|text.h5: not an HDF5 file|train --data $w/text.h5"
 "0|trunc.h5|train --data $w/trunc.h5"
+"0|mg_ptr.idx: sequence 3 starts at byte 6002 of $w/mg_ptr.bin, expected 6000 (the index does not match the .bin)|train --data $w/mg_ptr --steps 1"
+"0|mg_magic.idx: not a Megatron index (the magic is not MMIDIDX)|train --data $w/mg_magic.bin --steps 1"
+"0|mg_f64.idx: dtype code 6 (float64) cannot hold token ids|train --data $w/mg_f64.idx --steps 1"
+"0|mg_nobin.bin: No such file|train --data $w/mg_nobin --steps 1"
+"0|mg_trunc.idx: 88 bytes, but its 4 sequences and 2 document indices take 98 (truncated or corrupted)|train --data $w/mg_trunc --steps 1"
+"0|mg_head.idx: 18 bytes, shorter than the 34-byte MMIDIDX header|info $w/mg_head"
+"0|mg_huge.idx: 98 bytes, too few for its 4611686018427387904 sequences and 2 document indices|info $w/mg_huge.idx"
+"2|mg_ptr.idx: sequence 3 starts at byte 6002|eval --checkpoint $ck --data $w/mg_ptr"
+"0|mg_magic.idx: not a Megatron index|info $w/mg_magic"
+"0|mg_big.bin: token 386 has id 60000, not below the vocabulary size 50400|train --data $w/mg_big --seq-len 16 --micro-batch 1 --steps 1 --seed 2 --run-dir $w/rmg"
 "0|bigid.h5: token 82 has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --seed 2 --run-dir $w/rbig"
 "2|has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --run-dir $w/rbig"
 "0|fewer than one window|train --data $w/short.h5 --seq-len 16"

@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "io/megatron.h"
 #include "testutil.h"
 
 START_TEST(test_presets) {
@@ -399,6 +400,177 @@ START_TEST(test_dataset_read) {
 }
 END_TEST
 
+/* A Megatron indexed dataset written from the MMIDIDX definition (io/megatron.h): PREFIX.bin
+ * holds the ids of the S sequences one after another (width w, little-endian); PREFIX.idx the
+ * header (magic, version 1, dtype code, S, D), int32 lengths, int64 byte pointers and the D
+ * int64 document indices. seq[S + 1]: the sequences' token boundaries; docs[D]. */
+static void put_le(FILE *f, uint64_t v, int w) {
+  for (int b = 0; b < w; b++) fputc((int)(v >> (8 * b) & 0xff), f);
+}
+static void write_megatron(const char *prefix, const int64_t *ids, const uint64_t *seq, uint64_t S,
+                           const uint64_t *docs, uint64_t D, int code, int w) {
+  char p[512];
+  snprintf(p, sizeof p, "%s.bin", prefix);
+  FILE *f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  for (uint64_t i = 0; i < seq[S]; i++) put_le(f, (uint64_t)ids[i], w);
+  ck_assert_int_eq(fclose(f), 0);
+  snprintf(p, sizeof p, "%s.idx", prefix);
+  f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  fwrite("MMIDIDX\0\0", 1, 9, f);
+  put_le(f, 1, 8), put_le(f, (uint64_t)code, 1), put_le(f, S, 8), put_le(f, D, 8);
+  for (uint64_t i = 0; i < S; i++) put_le(f, seq[i + 1] - seq[i], 4);
+  for (uint64_t i = 0; i < S; i++) put_le(f, seq[i] * (uint64_t)w, 8);
+  for (uint64_t i = 0; i < D; i++) put_le(f, docs[i], 8);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Megatron datasets of every integer dtype read as the same token stream (the concatenation of
+ * the sequences, an empty one among them), by prefix, PREFIX.bin or PREFIX.idx; negative ids
+ * and ids beyond the vocabulary fail as read, naming the .bin and the token; float dtypes and
+ * an index whose pointers disagree with the .bin are refused at open. */
+START_TEST(test_megatron_read) {
+  char dir[] = "/tmp/gj-test-megatron-XXXXXX", prefix[256], path[300];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(prefix, sizeof prefix, "%s/corpus_text_document", dir);
+  const uint64_t n = 1000, S = 7;
+  const uint64_t seq[8] = {0, 100, 100, 333, 500, 501, 900, 1000}, docs[4] = {0, 2, 5, 7};
+  int64_t *ids = malloc(n * sizeof(int64_t));
+  int32_t *got = malloc(n * sizeof(int32_t));
+  const struct { int code, w; int64_t V; } ts[] = {{1, 1, 256}, {3, 2, 32768}, {8, 2, 50257}, {4, 4, 100000}, {5, 8, 100000}};
+  for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++) {
+    for (uint64_t i = 0; i < n; i++) ids[i] = (int64_t)((i * 7919 + 13) % (uint64_t)ts[t].V);
+    write_megatron(prefix, ids, seq, S, docs, 4, ts[t].code, ts[t].w);
+    const char *sfx[] = {"", ".bin", ".idx"};
+    for (int k = 0; k < 3; k++) {
+      snprintf(path, sizeof path, "%s%s", prefix, sfx[k]);
+      gj_dataset d;
+      ck_assert_msg(gj_dataset_open(&d, path, 0) == 0, "%s: %s", path, gj_errmsg());
+      ck_assert_int_eq(d.n_tokens, n);
+      ck_assert_int_eq(d.n_docs, 3);
+      ck_assert_int_eq(d.n_seqs, S);
+      ck_assert_int_eq(d.width, ts[t].w);
+      ck_assert_str_eq(d.format, "megatron-mmidx");
+      ck_assert_ptr_nonnull(d.map);
+      const uint64_t starts[] = {0, 1, 99, 100, 555, n - 300};
+      for (size_t j = 0; j < sizeof starts / sizeof starts[0]; j++) {
+        ck_assert_int_eq(gj_dataset_get(&d, starts[j], 300, got), 0);
+        for (int i = 0; i < 300; i++) ck_assert_int_eq(got[i], (int32_t)ids[starts[j] + i]);
+      }
+      ck_assert_int_eq(gj_dataset_get(&d, n - 5, 6, got), -1);
+      gj_dataset_advise(&d, 10, 100);
+      gj_loader l;
+      ck_assert_int_eq(gj_loader_init(&l, &d, 16, 3, 1), 0);
+      uint64_t win[4];
+      int32_t a[16], b[16];
+      ck_assert_int_eq(gj_loader_next(&l, 4, win), 0);
+      ck_assert_int_eq(gj_loader_window(&l, win[1], a, b), 0);
+      for (int i = 0; i < 16; i++) ck_assert_int_eq(b[i], (int32_t)ids[win[1] * 16 + i + 1]);
+      gj_loader_free(&l);
+      gj_dataset_free(&d);
+    }
+    /* against a smaller model vocabulary */
+    gj_dataset d;
+    ck_assert_int_eq(gj_dataset_open(&d, prefix, 100), 0);
+    uint64_t first = 0;
+    while (ids[first] < 100) first++;
+    ck_assert_int_eq(gj_dataset_get(&d, 0, n, got), -1);
+    char want[512];
+    snprintf(want, sizeof want, "%s.bin: token %llu has id %lld, not below the vocabulary size 100", prefix,
+             (unsigned long long)first, (long long)ids[first]);
+    ck_assert_msg(strstr(gj_errmsg(), want), "%s vs %s", gj_errmsg(), want);
+    gj_dataset_free(&d);
+    if (ts[t].code != 1 && ts[t].code != 8) { /* signed: a negative id */
+      ids[777] = -3;
+      write_megatron(prefix, ids, seq, S, docs, 4, ts[t].code, ts[t].w);
+      ck_assert_int_eq(gj_dataset_open(&d, prefix, 0), 0);
+      ck_assert_int_eq(gj_dataset_get(&d, 700, 100, got), -1);
+      ck_assert_ptr_nonnull(strstr(gj_errmsg(), "token 777 has id -3"));
+      gj_dataset_free(&d);
+    }
+  }
+  /* float32 ids and a .bin longer than the index says are refused at open */
+  write_megatron(prefix, ids, seq, S, docs, 4, 7, 4);
+  gj_dataset d;
+  ck_assert_int_eq(gj_dataset_open(&d, prefix, 0), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "dtype code 7 (float32) cannot hold token ids"));
+  write_megatron(prefix, ids, seq, S, docs, 4, 8, 2);
+  snprintf(path, sizeof path, "%s.bin", prefix);
+  FILE *f = fopen(path, "ab");
+  fputs("xx", f);
+  fclose(f);
+  ck_assert_int_eq(gj_dataset_open(&d, prefix, 0), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "the index does not match the .bin"));
+  tu_sh("rm -rf %s", dir);
+  free(ids), free(got);
+}
+END_TEST
+
+/* The step losses of a run (metrics.jsonl), as text: n found. */
+static int run_losses(const char *run, char losses[][32], int max) {
+  char p[1400], line[4096];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+  FILE *f = fopen(p, "r");
+  int n = 0;
+  while (f && n < max && fgets(line, sizeof line, f)) {
+    char *l = strstr(line, "\"loss\": ");
+    if (!l || !strstr(line, "\"step\": ")) continue;
+    sscanf(l + 8, "%31[^,}]", losses[n++]);
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+/* The Brown validation text tokenized by gptj tokenize, and the same documents written as a
+ * Megatron dataset (one sequence per document, its EOT included, as Megatron's preprocessor
+ * with --append-eod writes it), uint16 and int32: the same token stream through
+ * gj_dataset_get, and gptj train over each gives the same losses. */
+START_TEST(test_megatron_tokenize) {
+  char B[1024], S[1024], M[512], out[1200], data[1200], prefix[1300], cmd[4096];
+  ck_assert_int_eq(tu_gptj_setup(B, S, M, out, data, 1024, "megatron"), 0);
+  gj_dataset h;
+  ck_assert_msg(gj_dataset_open(&h, data, 0) == 0, "%s", gj_errmsg());
+  const uint64_t n = h.n_tokens, nd = h.n_docs;
+  int32_t *a = malloc(n * sizeof(int32_t)), *b = malloc(n * sizeof(int32_t));
+  int64_t *ids = malloc(n * sizeof(int64_t));
+  uint64_t *offs = malloc((nd + 1) * sizeof(uint64_t)), *docs = malloc((nd + 1) * sizeof(uint64_t));
+  ck_assert_int_eq(gj_dataset_get(&h, 0, n, a), 0);
+  gj_dataset_free(&h);
+  hid_t f = H5Fopen(data, H5F_ACC_RDONLY, H5P_DEFAULT), o = H5Dopen2(f, "doc_offsets", H5P_DEFAULT);
+  ck_assert(H5Dread(o, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offs) >= 0);
+  H5Dclose(o), H5Fclose(f);
+  for (uint64_t i = 0; i < n; i++) ids[i] = a[i];
+  for (uint64_t i = 0; i <= nd; i++) docs[i] = i;
+  const struct { int code, w; const char *name; } ts[] = {{8, 2, "uint16"}, {4, 4, "int32"}};
+  char ref[8][32], got[8][32];
+  snprintf(cmd, sizeof cmd, "train --preset tiny --seq-len 32 --micro-batch 4 --steps 4 --seed 7 --lr 1e-3");
+  ck_assert_int_eq(tu_sh("rm -rf %s/run-h5 && %s/gptj %s --data %s --run-dir %s/run-h5 >%s/h5.log 2>&1", out, B,
+                         cmd, data, out, out), 0);
+  ck_assert_int_eq(run_losses(strcat(strcpy(prefix, out), "/run-h5"), ref, 8), 4);
+  for (int t = 0; t < 2; t++) {
+    snprintf(prefix, sizeof prefix, "%s/valid_%s_document", out, ts[t].name);
+    write_megatron(prefix, ids, offs, nd, docs, nd + 1, ts[t].code, ts[t].w);
+    gj_dataset m;
+    ck_assert_msg(gj_dataset_open(&m, prefix, 50400) == 0, "%s", gj_errmsg());
+    ck_assert_int_eq(m.n_tokens, n);
+    ck_assert_int_eq(m.n_docs, nd);
+    ck_assert_int_eq(gj_dataset_get(&m, 0, n, b), 0);
+    ck_assert_int_eq(memcmp(a, b, n * sizeof(int32_t)), 0);
+    gj_dataset_free(&m);
+    ck_assert_int_eq(tu_sh("%s/gptj info %s | grep -q '^tokens: %llu$'", B, prefix, (unsigned long long)n), 0);
+    ck_assert_int_eq(tu_sh("%s/gptj info %s.idx | grep -q '^dtype: %s$'", B, prefix, ts[t].name), 0);
+    ck_assert_int_eq(tu_sh("rm -rf %s/run-%s && %s/gptj %s --data %s.bin --run-dir %s/run-%s >%s/%s.log 2>&1", out,
+                           ts[t].name, B, cmd, prefix, out, ts[t].name, out, ts[t].name), 0);
+    char run[1400];
+    snprintf(run, sizeof run, "%s/run-%s", out, ts[t].name);
+    ck_assert_int_eq(run_losses(run, got, 8), 4);
+    for (int k = 0; k < 4; k++) ck_assert_msg(!strcmp(ref[k], got[k]), "%s: step %d loss %s vs %s", ts[t].name, k + 1, got[k], ref[k]);
+  }
+  free(a), free(b), free(ids), free(offs), free(docs);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -411,6 +583,8 @@ int main(void) {
   tcase_add_test(tc, test_loader);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_dataset_read);
+  tcase_add_test(tc, test_megatron_read);
+  tcase_add_test(tc, test_megatron_tokenize);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
+#include "io/megatron.h"
 #include "io/filekind.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
@@ -364,13 +365,26 @@ done:
 }
 
 int gj_cmd_info(int argc, char **argv) {
-  gj_cmdline cl = {"gptj info FILE.h5", "Prints the metadata of a checkpoint or a token dataset.",
+  gj_cmdline cl = {"gptj info FILE.h5|PREFIX", "Prints the metadata of a checkpoint or a token dataset (HDF5,\n"
+                   "or Megatron's PREFIX.bin + PREFIX.idx).",
                    (gj_opt[]){{NULL}}, NULL, NULL, NULL, 1};
   char *pos[1];
   int np;
   int rc = gj_args_parse(&cl, argc, argv, pos, &np);
   if (rc) return rc > 0 ? 0 : rc;
   if (np != 1) return GJ_FAIL("expected one file (see --help)");
+  char prefix[GJ_PATH_BUF];
+  if (gj_megatron_is(pos[0], prefix, sizeof prefix)) {
+    gj_dataset d;
+    GJ_TRY(gj_dataset_open(&d, pos[0], 0));
+    printf("file: %s.bin, %s.idx\nformat: megatron (MMIDIDX version 1)\ndtype: %s\n"
+           "vocabulary: not recorded (ids are checked against the model's)\n"
+           "documents: %llu\nsequences: %llu\ntokens: %llu\n",
+           prefix, prefix, d.dtype, (unsigned long long)d.n_docs, (unsigned long long)d.n_seqs,
+           (unsigned long long)d.n_tokens);
+    gj_dataset_free(&d);
+    return 0;
+  }
   gj_filekind kind;
   GJ_TRY(gj_filekind_of(pos[0], &kind));
   if (kind != GJ_FILE_TOKENS) return gj_ckpt_info(pos[0]);

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "io/h5util.h"
+#include "io/megatron.h"
 #include "io/outfile.h"
 #include "io/tokenizer.h"
 
@@ -200,9 +201,12 @@ static int map_tokens(gj_dataset *d, hid_t tk) {
 }
 
 int gj_dataset_open(gj_dataset *d, const char *path, int64_t max_vocab) {
+  char prefix[GJ_PATH_BUF];
+  if (gj_megatron_is(path, prefix, sizeof prefix)) return gj_megatron_open(d, prefix, max_vocab);
   memset(d, 0, sizeof *d);
   d->file = d->tokens = -1;
   snprintf(d->path, sizeof d->path, "%s", path);
+  snprintf(d->format, sizeof d->format, "gptj-mpi-tokens");
   hid_t f;
   GJ_TRY(gj_h5_open_read(path, &f));
   /* every count read from the file is bounded (2^62) before it sizes anything */
@@ -260,6 +264,7 @@ void gj_dataset_wrap(gj_dataset *d, const uint16_t *tokens, uint64_t n, int64_t 
   memset(d, 0, sizeof *d);
   d->file = d->tokens = -1;
   d->n_tokens = n, d->n_docs = 1, d->vocab_size = d->max_id = max_id, d->width = 2;
+  snprintf(d->format, sizeof d->format, "gptj-mpi-tokens");
   d->map = (const unsigned char *)tokens;
   snprintf(d->path, sizeof d->path, "%s", name);
 }
@@ -275,11 +280,38 @@ static void unmap_span(const gj_dataset *d, const unsigned char *p, size_t len) 
   if (e > a) madvise((void *)(base + (a - d->map_off)), e - a, MADV_DONTNEED);
 }
 
+/* The Megatron dtypes other than uint16/uint32 (mapped, little-endian): each id read as an
+ * int64, checked against [0, max_id), stored as int32. */
+static int get_any(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out) {
+  const int w = d->width;
+  const unsigned char *p = d->map + start * (uint64_t)w;
+  const int64_t lim = GJ_MIN(d->max_id, (int64_t)INT32_MAX);
+  int rc = 0;
+  for (uint64_t i = 0; i < n && !rc; i++, p += w) {
+    uint64_t u = 0;
+    for (int b = w - 1; b >= 0; b--) u = u << 8 | p[b];
+    int64_t v = (int64_t)u;
+    if (d->is_signed && w < 8 && (u >> (8 * w - 1)) & 1) v = (int64_t)(u | ~(uint64_t)0 << (8 * w));
+    if (v < 0 || v >= lim)
+      rc = GJ_FAIL("%s: token %llu has id %lld, not below the vocabulary size %lld", d->path,
+                   (unsigned long long)(start + i), (long long)v, (long long)d->max_id);
+    else
+      out[i] = (int32_t)v;
+  }
+  unmap_span(d, d->map + start * (uint64_t)w, (size_t)(n * (uint64_t)w));
+  return rc;
+}
+
 int gj_dataset_get(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out) {
   if (start > d->n_tokens || n > d->n_tokens - start)
     return GJ_FAIL("%s: tokens [%llu, %llu) are beyond its %llu tokens", d->path, (unsigned long long)start,
                    (unsigned long long)(start + n), (unsigned long long)d->n_tokens);
   if (n == 0) return 0;
+  /* a Megatron .bin is little-endian whatever the host (HDF5 maps only on little-endian hosts) */
+  const uint16_t probe = 1;
+  int le_host = *(const unsigned char *)&probe == 1;
+  if (d->is_signed || d->width == 1 || d->width == 8 || (!le_host && !strcmp(d->format, "megatron-mmidx")))
+    return get_any(d, start, n, out);
   uint32_t *u = (uint32_t *)out; /* ids are read as uint32, then checked, then stored as int32 */
   if (d->map && d->width == 2) {
     const unsigned char *p = d->map + start * 2; /* HDF5 does not promise an aligned offset */

@@ -12,7 +12,11 @@
  *    so that they do not add up in the rank's resident set;
  *  - /tokens chunked (the files gptj tokenize writes today: 1 Mi ids per chunk, deflate):
  *    read by hyperslab through HDF5's chunk cache (GJ_DATASET_CHUNK_CACHE bytes per dataset).
- * Both layouts load; the ids read are checked against the vocabulary as they are read. */
+ * Both layouts load; the ids read are checked against the vocabulary as they are read.
+ *
+ * gj_dataset_open also reads Megatron-LM / GPT-NeoX indexed datasets (io/megatron.h): a path
+ * ending in .bin or .idx, or a prefix PATH for which PATH.idx exists (and no file PATH), is
+ * read as PREFIX.bin + PREFIX.idx, the .bin memory-mapped. */
 #ifndef GJ_IO_DATASET_H
 #define GJ_IO_DATASET_H
 
@@ -27,8 +31,12 @@ typedef struct {
   uint64_t n_tokens, n_docs, n_bytes;
   int64_t vocab_size; /* the file's attribute */
   int64_t max_id;     /* ids read must be below it: the model's vocab_size, or the file's */
-  int width;          /* bytes per stored id: 2 (uint16) or 4 (uint32) */
-  char path[GJ_PATH_BUF];
+  int width;          /* bytes per stored id: 2 (uint16) or 4 (uint32); Megatron: 1, 2, 4 or 8 */
+  int is_signed;      /* Megatron int16/int32/int64 ids (a negative id fails as read) */
+  uint64_t n_seqs;    /* Megatron: sequences in the index (0 for HDF5) */
+  char format[32];    /* "gptj-mpi-tokens" or "megatron-mmidx" */
+  char dtype[16];     /* Megatron: the index's dtype (uint16, int32, ...) */
+  char path[GJ_PATH_BUF]; /* the HDF5 file; Megatron: PREFIX.bin */
   /* where the ids are read from: map (mapped, or in memory for tests) or the HDF5 dataset */
   const unsigned char *map; /* [n_tokens * width], little-endian ids */
   void *map_base;           /* the mapping (page-aligned below map); NULL if not mapped */
