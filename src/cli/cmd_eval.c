@@ -168,7 +168,7 @@ int gj_cmd_eval(int argc, char **argv) {
   gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt ? ckpt : hf, data, (long long)cnt,
           (long long)T, (long long)S);
   gj_info("nll %.6f | perplexity %.4f | bits per byte %.6f | %.1f s", nll / cnt, exp(nll / cnt),
-          max_windows ? NAN : bpb, gj_now() - t0);
+          max_windows || !ds.n_bytes ? NAN : bpb, gj_now() - t0);
 done:
   gj_dataset_free(&ds);
   gj_model_free(&m);
