@@ -268,18 +268,27 @@ typedef struct {
  * are never sampled. full: [V], work: [V]. */
 static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, int stop_at_eot, sampler *sm,
                   float *full, cand *work) {
-  int64_t V = m->c.vocab_size, pos = 0, n = (int64_t)ids->n;
+  int64_t V = m->c.vocab_size, pos = 0, n = (int64_t)ids->n, s = 0;
   int rc = 0;
-  for (int64_t s = 0; s < max_new && !rc; s++) {
+  double t0 = gj_now(), t_prompt = 0;
+  for (; s < max_new && !rc; s++) {
     rc = gj_model_forward_cached(m, ids->v + pos, n, pos);
     if (!rc) rc = gj_tp_allgather_vocab(m->g, full, m->a.logits, m->Vl);
     if (rc) break;
+    if (s == 0) t_prompt = gj_now() - t0;
     pos += n, n = 1;
     for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
     int32_t next = sample(full, V, sm->temp, sm->topk, sm->topp, &sm->rng, work);
     rc = gj_ids_push(ids, next);
-    if (next == GJ_EOT_ID && stop_at_eot) break;
+    if (next == GJ_EOT_ID && stop_at_eot) {
+      s++;
+      break;
+    }
   }
+  /* on stderr: stdout holds the text (or the ids) */
+  if (!rc && s > 0 && m->g->rank == 0)
+    fprintf(stderr, "generate: prompt of %lld tokens in %.2f s, %lld new tokens at %.3f s each (KV cache)\n",
+            (long long)(pos + 1 - s), t_prompt, (long long)s, s > 1 ? (gj_now() - t0 - t_prompt) / (s - 1) : 0.0);
   return rc;
 }
 
