@@ -30,6 +30,22 @@ int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens
   return rc;
 }
 
+int gj_dataset_write_attrs(int64_t file, const char *path, uint64_t n_docs, uint64_t n_tokens,
+                           uint64_t n_bytes, const char *source) {
+  hid_t f = (hid_t)file;
+  int rc = 0;
+  rc |= gj_h5_write_attr_str(f, "format", "gptj-mpi-tokens");
+  rc |= gj_h5_write_attr_i64(f, "format_version", 1);
+  rc |= gj_h5_write_attr_str(f, "tokenizer", "gpt2");
+  rc |= gj_h5_write_attr_i64(f, "vocab_size", 50257);
+  rc |= gj_h5_write_attr_i64(f, "eot_id", GJ_EOT_ID);
+  rc |= gj_h5_write_attr_str(f, "source", source);
+  rc |= gj_h5_write_attr_i64(f, "n_docs", (int64_t)n_docs);
+  rc |= gj_h5_write_attr_i64(f, "n_tokens", (int64_t)n_tokens);
+  rc |= gj_h5_write_attr_i64(f, "n_bytes", (int64_t)n_bytes);
+  return rc ? GJ_H5_FAIL("%s: cannot write attributes", path) : 0;
+}
+
 int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_tokens,
                          const uint64_t *doc_offsets, uint64_t n_docs, uint64_t n_bytes,
                          const char *source) {
@@ -64,18 +80,7 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
     rc = GJ_H5_FAIL("%s: cannot write /doc_offsets", tmp);
   if (d >= 0) H5Dclose(d);
   H5Sclose(sp), H5Pclose(dcpl), H5Pclose(dcpl2);
-  if (!rc) {
-    rc |= gj_h5_write_attr_str(f, "format", "gptj-mpi-tokens");
-    rc |= gj_h5_write_attr_i64(f, "format_version", 1);
-    rc |= gj_h5_write_attr_str(f, "tokenizer", "gpt2");
-    rc |= gj_h5_write_attr_i64(f, "vocab_size", 50257);
-    rc |= gj_h5_write_attr_i64(f, "eot_id", GJ_EOT_ID);
-    rc |= gj_h5_write_attr_str(f, "source", source);
-    rc |= gj_h5_write_attr_i64(f, "n_docs", (int64_t)n_docs);
-    rc |= gj_h5_write_attr_i64(f, "n_tokens", (int64_t)n_tokens);
-    rc |= gj_h5_write_attr_i64(f, "n_bytes", (int64_t)n_bytes);
-    if (rc) rc = GJ_H5_FAIL("%s: cannot write attributes", tmp);
-  }
+  if (!rc) rc = gj_dataset_write_attrs(f, tmp, n_docs, n_tokens, n_bytes, source);
   if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", tmp);
   return rc;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "io/dataset.h"
 #include "io/h5util.h"
 #include "io/tokenizer.h"
 
@@ -52,18 +53,7 @@ int gj_tokfile_create(const char *path, uint64_t n_tokens, uint64_t n_docs, uint
     rc = GJ_H5_FAIL("%s: no file offset for /tokens or /doc_offsets", path);
   if (dt >= 0) H5Dclose(dt);
   if (doff >= 0) H5Dclose(doff);
-  if (!rc) {
-    rc |= gj_h5_write_attr_str(f, "format", "gptj-mpi-tokens");
-    rc |= gj_h5_write_attr_i64(f, "format_version", 1);
-    rc |= gj_h5_write_attr_str(f, "tokenizer", "gpt2");
-    rc |= gj_h5_write_attr_i64(f, "vocab_size", 50257);
-    rc |= gj_h5_write_attr_i64(f, "eot_id", GJ_EOT_ID);
-    rc |= gj_h5_write_attr_str(f, "source", source);
-    rc |= gj_h5_write_attr_i64(f, "n_docs", (int64_t)n_docs);
-    rc |= gj_h5_write_attr_i64(f, "n_tokens", (int64_t)n_tokens);
-    rc |= gj_h5_write_attr_i64(f, "n_bytes", (int64_t)n_bytes);
-    if (rc) rc = GJ_H5_FAIL("%s: cannot write attributes", path);
-  }
+  if (!rc) rc = gj_dataset_write_attrs(f, path, n_docs, n_tokens, n_bytes, source);
   if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", path);
   return rc;
 }
