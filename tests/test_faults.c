@@ -23,8 +23,8 @@ static int gptj(int np, const char *log, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
-  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
+  if (np == 0) return sh("timeout -k 10 300 %s/gptj %s >%s 2>&1", B_, args, log);
+  return sh("timeout -k 10 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
 }
 
 static int grep(const char *log, const char *pattern) { return sh("grep -q -- '%s' %s", pattern, log) == 0; }

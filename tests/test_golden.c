@@ -61,7 +61,7 @@ static void check_golden_prec(const char *ref_path, int tp, int recompute, int b
   if (tp == 1)
     snprintf(cmd, sizeof cmd, "%s/tests/golden-run %s %s %s %s", builddir, rc_flag, prec, ref_path, out);
   else
-    snprintf(cmd, sizeof cmd, "timeout 300 %s -np %d %s/tests/golden-run --tp %d %s %s %s %s", mpirun,
+    snprintf(cmd, sizeof cmd, "timeout -k 10 300 %s -np %d %s/tests/golden-run --tp %d %s %s %s %s", mpirun,
              tp, builddir, tp, rc_flag, prec, ref_path, out);
   ck_assert_int_eq(run_cmd(cmd), 0);
 

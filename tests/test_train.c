@@ -39,8 +39,8 @@ static int read_losses(const char *run, double *out, int max, int *last) {
 
 /* Launch gptj with np ranks (np 0: plain process). */
 static int gptj(int np, const char *args, const char *log) {
-  if (np == 0) return sh("timeout 300 %s/gptj %s >%s 2>&1", B_, args, log);
-  return sh("timeout 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
+  if (np == 0) return sh("timeout -k 10 300 %s/gptj %s >%s 2>&1", B_, args, log);
+  return sh("timeout -k 10 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
 }
 
 static const char *COMMON = "--preset tiny --seq-len 32 --lr 1e-3 --warmup 3 --decay-steps 20 --seed 7";
