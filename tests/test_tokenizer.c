@@ -313,7 +313,15 @@ START_TEST(test_tokenize_memory_bound) {
   snprintf(p, sizeof p, "%s/big.h5", d);
   ck_assert_int_eq(attr_i64(p, "n_docs"), 25 * copies);
   ck_assert_int_eq(attr_i64(p, "n_tokens"), 63880LL * copies);
+#ifdef __SANITIZE_ADDRESS__
+  /* an AddressSanitizer build's resident set holds ASan's shadow memory and quarantine, not
+   * only the program's: the bound is asserted by the plain build; here the run must be right
+   * and clean under ASan */
+  fprintf(stderr, "test_tokenize_memory_bound: AddressSanitizer build: peak RSS %ld kB not compared with the "
+          "bound of %.0f kB (the plain build asserts it)\n", kb, bound_kb);
+#else
   ck_assert_msg(kb < bound_kb, "peak RSS %ld kB, over the stated bound of %.0f kB (input %.0f kB of text)", kb, bound_kb, text_kb);
+#endif
   tu_sh("rm -f %s/big.h5 %s/big.txt.zst", d, d);
 }
 END_TEST
