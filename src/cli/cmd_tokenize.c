@@ -633,9 +633,11 @@ int gj_cmd_tokenize(int argc, char **argv) {
   x.sk[0].fd = x.sk[1].fd = -1;
   x.w = gj_comm_world(), x.rank = gj_comm_rank(x.w), x.size = gj_comm_size(x.w), x.nout = 1;
   int rc = tok_parse(&x, argc, argv);
-  if (rc > 0) rc = 0;
-  else if (!rc) rc = tok_plan(&x);
-  else rc = gj_agree(x.w, rc);
+  if (rc > 0) { /* --help */
+    tok_free(&x);
+    return 0;
+  }
+  rc = rc ? gj_agree(x.w, rc) : tok_plan(&x);
   if (!rc) rc = tok_parts(&x);
   if (!rc) rc = gj_agree(x.w, tok_split(&x));
   if (!rc) rc = tok_write(&x);
