@@ -2,13 +2,16 @@
  * (seed, name, global index) so that every TP shard equals its slice of the 1-rank model. */
 #include <check.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "model/config.h"
 #include "model/gptj.h"
 #include "model/params.h"
+#include "io/blend.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/megatron.h"
@@ -169,7 +172,7 @@ START_TEST(test_loader) {
     for (int s2 = 0; s2 < stop; s2++) gj_loader_next(&a, G, wa);
     gj_loader_state st = a.st;
     gj_loader_init(&b, &ds, T, 123, 1);
-    ck_assert_int_eq(gj_loader_restore(&b, st), 0);
+    ck_assert_int_eq(gj_loader_restore(&b, &st), 0);
     for (int s2 = 0; s2 < 20; s2++) {
       gj_loader_next(&a, G, wa), gj_loader_next(&b, G, wb);
       ck_assert(!memcmp(wa, wb, sizeof wa));
@@ -179,12 +182,190 @@ START_TEST(test_loader) {
   /* a state from another dataset is refused */
   gj_loader c;
   gj_loader_init(&c, &ds, T, 1, 1);
-  ck_assert_int_eq(gj_loader_restore(&c, (gj_loader_state){1, 0, 500}), -1);
+  ck_assert_int_eq(gj_loader_restore(&c, &(gj_loader_state){.seed = 1, .cursor = 500}), -1);
   gj_loader_free(&c);
   free(tokens);
 }
 END_TEST
 
+
+/* A gj_data over wrapped token arrays: corpus k is shards first[k] .. first[k+1]-1. */
+static void wrap_data(gj_data *d, gj_dataset *shards, int n_shards, const int *first, const double *w, int nc) {
+  memset(d, 0, sizeof *d);
+  d->shard = shards, d->n_shards = n_shards, d->n_corpora = nc;
+  double sum = 0;
+  for (int k = 0; k < nc; k++) sum += w[k];
+  for (int k = 0; k <= nc; k++) d->first[k] = first[k];
+  for (int k = 0; k < nc; k++) d->weight[k] = w[k] / sum, snprintf(d->name[k], sizeof d->name[k], "c%d", k);
+  for (int i = 0; i < n_shards; i++) d->n_tokens += shards[i].n_tokens;
+}
+
+/* Blends: over many batches each corpus's count stays within 1 of its share (0.3/0.7,
+ * 0.001/0.999, three corpora); a corpus used up starts a new epoch alone, each epoch a
+ * permutation of its windows; windows never cross a shard's end and read their own shard;
+ * the order is the same for any global batch size; a restored state continues identically;
+ * a state of another blend (weights, windows, one corpus) is refused. */
+START_TEST(test_blend) {
+  enum { NS = 4, T = 8 };
+  const uint64_t len[NS] = {41, 801, 1601, 8001}; /* 5, 100, 200, 1000 windows */
+  uint16_t *tok[NS];
+  gj_dataset sh[NS];
+  for (int i = 0; i < NS; i++) {
+    tok[i] = malloc(len[i] * sizeof(uint16_t));
+    for (uint64_t j = 0; j < len[i]; j++) tok[i][j] = (uint16_t)(10000 * i + j % 9973); /* the shard in the id */
+    gj_dataset_wrap(&sh[i], tok[i], len[i], 50257, "shard");
+  }
+  struct { int nc, first[4]; double w[3]; } cases[] = {
+      {2, {0, 1, 4}, {0.3, 0.7}}, {2, {0, 2, 4}, {0.001, 0.999}}, {2, {0, 3, 4}, {0.999, 0.001}},
+      {3, {0, 1, 3, 4}, {5, 2, 3}}, {2, {0, 1, 4}, {0.5, 0.5}}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    gj_data d;
+    wrap_data(&d, sh, NS, cases[c].first, cases[c].w, cases[c].nc);
+    gj_loader l, l1;
+    ck_assert_int_eq(gj_loader_init_data(&l, &d, T, 7, "spec"), 0);
+    ck_assert_int_eq(gj_loader_init_data(&l1, &d, T, 7, "spec"), 0);
+    uint64_t count[3] = {0}, n = 0, win[64], w1;
+    uint64_t *seen = calloc(l.n_windows, sizeof *seen); /* draws of each window */
+    for (int step = 0; step < 300; step++) {
+      ck_assert_int_eq(gj_loader_next(&l, 37, win), 0);
+      for (int j = 0; j < 37; j++, n++) {
+        ck_assert_int_eq(gj_loader_next(&l1, 1, &w1), 0); /* the same order, one at a time */
+        ck_assert_uint_eq(w1, win[j]);
+        int k = gj_loader_corpus_of(&l, win[j]);
+        count[k]++, seen[win[j]]++;
+        for (int q = 0; q < cases[c].nc; q++) /* the largest deficit first keeps each within 1 */
+          ck_assert_msg(fabs((double)count[q] - d.weight[q] * (double)(n + 1)) <= 1.0, "case %zu corpus %d: %llu of %llu",
+                        c, q, (unsigned long long)count[q], (unsigned long long)n + 1);
+        /* each corpus is in its epoch e: every window of it drawn e or e+1 times */
+        uint64_t nk = l.st.windows[k], e = (count[k] - 1) / nk;
+        ck_assert_uint_ge(seen[win[j]], 1);
+        ck_assert_uint_le(seen[win[j]], e + 1);
+        int32_t ids[T], tg[T];
+        ck_assert_int_eq(gj_loader_window(&l, win[j], ids, tg), 0);
+        int s = ids[0] / 10000; /* the shard the window was read from */
+        ck_assert_int_ge(s, d.first[k]);
+        ck_assert_int_lt(s, d.first[k + 1]);
+        for (int i = 0; i < T; i++) ck_assert_int_eq(tg[i] / 10000, s); /* not across its end */
+      }
+    }
+    /* whole epochs: a corpus drawn m times has each window floor(m/n) or that + 1 times */
+    for (int k = 0; k < cases[c].nc; k++) {
+      uint64_t nk = l.st.windows[k], e = count[k] / nk;
+      for (uint64_t w = l.corpus_first[k]; w < l.corpus_first[k + 1]; w++)
+        ck_assert(seen[w] == e || seen[w] == e + 1);
+      ck_assert_uint_eq(l.st.drawn[k], count[k]);
+    }
+    /* restore mid-run into a loader with another seed: the same continuation */
+    gj_loader b;
+    ck_assert_int_eq(gj_loader_init_data(&b, &d, T, 99, "spec"), 0);
+    ck_assert_int_eq(gj_loader_restore(&b, &l.st), 0);
+    uint64_t wa[64], wb[64];
+    for (int step = 0; step < 20; step++) {
+      gj_loader_next(&l, 64, wa), gj_loader_next(&b, 64, wb);
+      ck_assert(!memcmp(wa, wb, sizeof wa));
+    }
+    gj_loader_state bad = l.st;
+    bad.weight[0] = nextafter(bad.weight[0], 1.0);
+    ck_assert_int_eq(gj_loader_restore(&b, &bad), -1);
+    ck_assert_ptr_nonnull(strstr(gj_errmsg(), "share"));
+    bad = l.st, bad.windows[1]++;
+    ck_assert_int_eq(gj_loader_restore(&b, &bad), -1);
+    ck_assert_ptr_nonnull(strstr(gj_errmsg(), "windows"));
+    bad = l.st, bad.drawn[0]++;
+    ck_assert_int_eq(gj_loader_restore(&b, &bad), -1);
+    ck_assert_int_eq(gj_loader_restore(&b, &(gj_loader_state){.seed = 7, .epoch = 2, .cursor = 10}), -1); /* a one-corpus state */
+    ck_assert_ptr_nonnull(strstr(gj_errmsg(), "corpora"));
+    ck_assert_int_eq(gj_loader_restore(&b, &(gj_loader_state){.seed = 7}), 0); /* a fresh one (convert) */
+    ck_assert_int_eq(b.st.cursor, 0);
+    gj_loader single;
+    ck_assert_int_eq(gj_loader_init(&single, &sh[3], T, 7, 1), 0);
+    ck_assert_int_eq(gj_loader_restore(&single, &l.st), -1); /* a blend's state, one corpus */
+    free(seen);
+    gj_loader_free(&l), gj_loader_free(&l1), gj_loader_free(&b), gj_loader_free(&single);
+  }
+  /* one corpus of several shards: the one-corpus order over all their windows */
+  gj_data d;
+  wrap_data(&d, sh, 3, (int[]){0, 3}, (double[]){1}, 1);
+  gj_loader l;
+  ck_assert_int_eq(gj_loader_init_data(&l, &d, T, 7, "a+b+c"), 0);
+  ck_assert_int_eq(l.n_windows, 305);
+  uint64_t win[305];
+  ck_assert_int_eq(gj_loader_next(&l, 305, win), 0);
+  int *hit = calloc(305, sizeof *hit);
+  for (int j = 0; j < 305; j++) ck_assert_int_eq(hit[win[j]]++, 0);
+  free(hit);
+  gj_loader_free(&l);
+  /* a corpus without a window */
+  wrap_data(&d, sh, 2, (int[]){0, 1, 2}, (double[]){1, 1}, 2);
+  ck_assert_int_eq(gj_loader_init_data(&l, &d, 64, 7, "x"), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "fewer than one window"));
+  gj_loader_free(&l);
+  for (int i = 0; i < NS; i++) free(tok[i]);
+}
+END_TEST
+
+/* --data parsing: weights, '+' lists, directories (name order, *.h5 and Megatron pairs), and
+ * the refusals (a weight that is not a positive number, a missing shard, an empty item or
+ * directory, too many corpora). */
+START_TEST(test_data_spec) {
+  char dir[] = "/tmp/gj-test-blend-XXXXXX", p[512], spec[4096];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  uint16_t ids[100];
+  for (int i = 0; i < 100; i++) ids[i] = (uint16_t)i;
+  uint64_t offs[2] = {0, 100};
+  snprintf(p, sizeof p, "%s/shards", dir);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  const char *names[] = {"shards/b.h5", "shards/a.h5", "shards/c.h5", "one.h5", "x:y.h5"};
+  for (int i = 0; i < 5; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    offs[1] = 100 - (uint64_t)i;
+    ck_assert_int_eq(gj_dataset_write(p, ids, offs[1], offs, 1, 400, "test"), 0);
+  }
+  snprintf(p, sizeof p, "%s/shards/README", dir); /* not a dataset: left out */
+  FILE *f = fopen(p, "w");
+  fputs("hi\n", f), fclose(f);
+  gj_data d;
+  snprintf(spec, sizeof spec, "3:%s/shards,1:%s/one.h5+%s/one.h5,%s/x:y.h5", dir, dir, dir, dir);
+  ck_assert_msg(gj_data_open(&d, spec, "--data", 0) == 0, "%s", gj_errmsg());
+  ck_assert_int_eq(d.n_corpora, 3);
+  ck_assert_int_eq(d.n_shards, 6);
+  ck_assert_int_eq(d.first[1], 3);
+  ck_assert_int_eq(d.first[2], 5);
+  ck_assert_int_eq(d.first[3], 6);
+  ck_assert(fabs(d.weight[0] - 0.6) < 1e-15 && fabs(d.weight[1] - 0.2) < 1e-15 && fabs(d.weight[2] - 0.2) < 1e-15);
+  ck_assert_uint_eq(d.shard[0].n_tokens, 99); /* a, b, c */
+  ck_assert_uint_eq(d.shard[1].n_tokens, 100);
+  ck_assert_uint_eq(d.shard[2].n_tokens, 98);
+  ck_assert_uint_eq(d.shard[5].n_tokens, 96);
+  ck_assert_uint_eq(gj_data_corpus_tokens(&d, 0), 297);
+  ck_assert_uint_eq(d.n_tokens, 297 + 2 * 97 + 96);
+  gj_data_free(&d);
+  struct { const char *fmt, *err; } bad[] = {
+      {"abc:%s/one.h5", "is not a weight"}, {"0:%s/one.h5", "not positive"}, {"-1:%s/one.h5", "not positive"},
+      {"nan:%s/one.h5", "is not a weight"}, {"1e999:%s/one.h5", "is not a weight"}, {":%s/one.h5", "is not a weight"},
+      {"1:%s/one.h5+%s/missing.h5", "missing.h5"}, {"1:%s/one.h5,,1:%s/one.h5", "empty item"},
+      {"1:%s/one.h5+", "empty shard"}, {"2:", "without a path"}, {"%s/shards/README-none", "README-none"},
+      {"", "empty"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(spec, sizeof spec, bad[i].fmt, dir, dir);
+    ck_assert_int_eq(gj_data_open(&d, spec, "--data", 0), -1);
+    ck_assert_msg(strstr(gj_errmsg(), bad[i].err), "%s: %s", spec, gj_errmsg());
+    gj_data_free(&d);
+  }
+  snprintf(p, sizeof p, "%s/empty", dir);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  ck_assert_int_eq(gj_data_open(&d, p, "--data", 0), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "no token datasets"));
+  size_t at = 0;
+  for (int i = 0; i <= GJ_MAX_CORPORA; i++) at += (size_t)snprintf(spec + at, sizeof spec - at, "%s%s/one.h5", i ? "," : "", dir);
+  ck_assert_int_lt(at, sizeof spec);
+  ck_assert_int_eq(gj_data_open(&d, spec, "--data", 0), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "more than 64 corpora"));
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
 
 /* The documented upper bounds of gj_config_validate: each field at its bound passes, one
  * above (or 0, or negative, or INT64_MAX) is refused naming the key; the parameter count is
@@ -581,6 +762,8 @@ int main(void) {
   tcase_add_test(tc, test_layout);
   tcase_add_test(tc, test_init_sharded);
   tcase_add_test(tc, test_loader);
+  tcase_add_test(tc, test_blend);
+  tcase_add_test(tc, test_data_spec);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_dataset_read);
   tcase_add_test(tc, test_megatron_read);

@@ -184,6 +184,60 @@ START_TEST(test_resume_exact) {
 }
 END_TEST
 
+/* A blend of two corpora, the second a directory of two shards: 10 steps at (2,2) equal 5 + a
+ * resume at (2,2) + 5 exactly, and a resume at (1,4) with ZeRO-1 within the layout tolerance;
+ * the checkpoint records the blend (gptj info shows it); a resume with other weights, or
+ * with one corpus, is refused naming the difference. */
+START_TEST(test_blend_resume) {
+  double a[64], b[64];
+  char spec[4096], args[6000], log[1400], run[1300];
+  ck_assert_int_eq(sh("rm -rf %s/bl && mkdir -p %s/bl && %s/gptj tokenize --out %s/bl/b.h5 %s/data/brown-test.txt "
+                      ">/dev/null && cp %s %s/bl/c.h5", OUT, OUT, B_, OUT, S_, DATA, OUT), 0);
+  snprintf(spec, sizeof spec, "0.25:%s,0.75:%s/bl", DATA, OUT);
+  const char *runs[] = {"ba", "bb"};
+  const int steps[] = {10, 5};
+  for (int i = 0; i < 2; i++) {
+    snprintf(run, sizeof run, "%s/%s", OUT, runs[i]);
+    snprintf(log, sizeof log, "%s.log", run);
+    sh("rm -rf %s", run);
+    snprintf(args, sizeof args, "train %s --data %s --steps %d --micro-batch 4 --tp 2 --run-dir %s --save-every 5",
+             COMMON, spec, steps[i], run);
+    ck_assert_int_eq(gptj(4, args, log), 0);
+  }
+  snprintf(run, sizeof run, "%s/ba", OUT);
+  ck_assert_int_eq(read_losses(run, a, 64, NULL), 10);
+  ck_assert_int_eq(sh("grep -q 'corpus 1: share 0.75, 2 shard(s)' %s/ba.log", OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj info %s/bb/ckpt-00000005.h5 > %s/bb.info && grep -q '^corpora: 2 (a blend)' %s/bb.info && "
+                      "grep -q '^corpus 0: share 0.25, ' %s/bb.info && grep -q '^data: 0.25:' %s/bb.info",
+                      B_, OUT, OUT, OUT, OUT, OUT), 0);
+  sh("rm -rf %s/bz && cp -r %s/bb %s/bz", OUT, OUT, OUT);
+  snprintf(run, sizeof run, "%s/bb", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 10 --micro-batch 4 --tp 2 --run-dir %s --resume auto",
+           COMMON, spec, run);
+  ck_assert_int_eq(gptj(4, args, "/dev/null"), 0);
+  ck_assert_int_eq(read_losses(run, b, 64, NULL), 10);
+  for (int i = 0; i < 10; i++) ck_assert_msg(a[i] == b[i], "step %d: %.9g vs %.9g", i + 1, a[i], b[i]);
+  snprintf(run, sizeof run, "%s/bz", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 10 --micro-batch 8 --tp 4 --zero 1 --run-dir %s --resume auto",
+           COMMON, spec, run);
+  ck_assert_int_eq(gptj(4, args, "/dev/null"), 0);
+  ck_assert_int_eq(read_losses(run, b, 64, NULL), 10);
+  expect_same(a, b, 10, "blend resumed at (1,4) with ZeRO-1");
+  /* other weights, or one corpus: refused */
+  snprintf(log, sizeof log, "%s/bw.log", OUT);
+  snprintf(spec, sizeof spec, "0.3:%s,0.7:%s/bl", DATA, OUT);
+  sh("rm -rf %s/bw && cp -r %s/bz %s/bw", OUT, OUT, OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 12 --micro-batch 8 --run-dir %s/bw --resume auto",
+           COMMON, spec, OUT);
+  ck_assert_int_ne(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'corpus 0 has share 0.25 in the checkpoint, 0.29999' %s", log), 0);
+  snprintf(args, sizeof args, "train %s --data %s --steps 12 --micro-batch 8 --run-dir %s/bw --resume auto",
+           COMMON, DATA, OUT);
+  ck_assert_int_ne(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q 'data order is of 2 corpora, this run.s --data has 1' %s", log), 0);
+}
+END_TEST
+
 /* A checkpoint written at (2,2) resumes at (1,4), (4,1) and (1,1), with and without ZeRO-1
  * and compression on either side. */
 START_TEST(test_resume_other_layouts) {
@@ -368,6 +422,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_layout);
   tcase_add_test(tc, test_resume_exact);
   tcase_add_test(tc, test_resume_other_layouts);
+  tcase_add_test(tc, test_blend_resume);
   tcase_add_test(tc, test_damaged_checkpoints);
   tcase_add_test(tc, test_kill_during_save);
   tcase_add_test(tc, test_signal_stop);

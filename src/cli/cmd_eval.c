@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "train/evaluate.h"
@@ -13,6 +14,7 @@
 #include "cli/memcheck.h"
 #include "common.h"
 #include "io/checkpoint.h"
+#include "io/blend.h"
 #include "io/dataset.h"
 #include "io/megatron.h"
 #include "io/filekind.h"
@@ -374,14 +376,24 @@ done:
 }
 
 int gj_cmd_info(int argc, char **argv) {
-  gj_cmdline cl = {"gptj info FILE.h5|PREFIX", "Prints the metadata of a checkpoint or a token dataset (HDF5,\n"
-                   "or Megatron's PREFIX.bin + PREFIX.idx).",
+  gj_cmdline cl = {"gptj info FILE.h5|PREFIX|DATA", "Prints the metadata of a checkpoint or a token dataset (HDF5,\n"
+                   "or Megatron's PREFIX.bin + PREFIX.idx), or the corpora of a train --data text (a\n"
+                   "directory of datasets, shards joined by '+', a blend WEIGHT:DATA,WEIGHT:DATA,...).",
                    (gj_opt[]){{NULL}}, NULL, NULL, NULL, 1};
   char *pos[1];
   int np;
   int rc = gj_args_parse(&cl, argc, argv, pos, &np);
   if (rc) return rc > 0 ? 0 : rc;
   if (np != 1) return GJ_FAIL("expected one file (see --help)");
+  struct stat sb;
+  int is_file = stat(pos[0], &sb) == 0 && !S_ISDIR(sb.st_mode);
+  if (!is_file && (strpbrk(pos[0], ",+:") || stat(pos[0], &sb) == 0)) { /* a directory or a --data text */
+    gj_data d;
+    GJ_TRY(gj_data_open(&d, pos[0], "DATA", 0));
+    gj_data_print(&d);
+    gj_data_free(&d);
+    return 0;
+  }
   char prefix[GJ_PATH_BUF];
   if (gj_megatron_is(pos[0], prefix, sizeof prefix)) {
     gj_dataset d;

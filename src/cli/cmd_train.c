@@ -40,7 +40,8 @@ typedef struct {
 static gj_opt *train_table(train_opts *o) {
   static gj_opt t[64];
   gj_opt src[] = {
-      {"data", GJ_OPT_STR, &o->data, "training token dataset (from gptj tokenize), required", 1, 0},
+      {"data", GJ_OPT_STR, &o->data, "training data, required: a token dataset (gptj tokenize, or Megatron PREFIX), a "
+       "directory of them, shards joined by '+', or a blend WEIGHT:DATA,WEIGHT:DATA,...", 1, 0},
       {"valid-data", GJ_OPT_STR, &o->valid_data, "validation token dataset", 1, 0},
       {"run-dir", GJ_OPT_STR, &o->run_dir, "directory for config, metrics.jsonl and checkpoints", 1, 0},
       {"resume", GJ_OPT_STR, &o->resume, "'auto' (latest checkpoint of --run-dir, if any), a checkpoint path, or 'none'", 1, 0},
@@ -220,7 +221,8 @@ typedef struct {
   gj_opt *table;
   gj_config c;
   gj_grid g;
-  gj_dataset train, valid;
+  gj_data train;
+  gj_dataset valid;
   gj_loader loader;
   gj_state st;
   gj_model m;
@@ -237,7 +239,7 @@ static void train_free(train_ctx *x) {
   gj_model_free(&x->m);
   gj_state_free(&x->st);
   gj_loader_free(&x->loader);
-  gj_dataset_free(&x->train);
+  gj_data_free(&x->train);
   gj_dataset_free(&x->valid);
   gj_grid_free(&x->g);
 }
@@ -268,7 +270,7 @@ static int parse(train_ctx *x, int argc, char **argv) {
 /* The training and validation sets and the loader (agreed). */
 static int setup_data(train_ctx *x) {
   const train_opts *o = &x->o;
-  int rc = gj_dataset_open(&x->train, o->data, x->c.vocab_size);
+  int rc = gj_data_open(&x->train, o->data, "--data", x->c.vocab_size);
   if (!rc && o->valid_data) rc = gj_dataset_open(&x->valid, o->valid_data, x->c.vocab_size);
   if (!rc && o->valid_data && x->valid.n_tokens < (uint64_t)o->seq_len + 1)
     rc = GJ_FAIL("--valid-data %s: %llu tokens, fewer than one window of seq_len + 1 = %lld", o->valid_data,
@@ -276,9 +278,9 @@ static int setup_data(train_ctx *x) {
   if ((rc = gj_agree(x->g.world, rc))) return rc == GJ_STOPPED ? stop_point(o->run_dir, "reading the data") : rc;
   if (o->eval_every > 0 && !o->valid_data)
     gj_info("note: --eval-every %lld without --valid-data: no validation runs", (long long)o->eval_every);
-  GJ_TRY(gj_loader_init(&x->loader, &x->train, o->seq_len, (uint64_t)o->seed, 1));
+  GJ_TRY(gj_loader_init_data(&x->loader, &x->train, o->seq_len, (uint64_t)o->seed, o->data));
   const int64_t G = o->micro_batch * o->grad_accum * x->g.dp_size;
-  if ((uint64_t)G > x->loader.n_windows)
+  if (x->train.n_corpora == 1 && (uint64_t)G > x->loader.n_windows)
     return GJ_FAIL("%s: global batch of %lld sequences exceeds the dataset's %llu windows of %lld tokens",
                    o->data, (long long)G, (unsigned long long)x->loader.n_windows, (long long)o->seq_len + 1);
   return 0;
@@ -315,11 +317,11 @@ static int setup_model(train_ctx *x) {
 static int setup_resume(train_ctx *x) {
   const train_opts *o = &x->o;
   /* the seed of the data order, also for a checkpoint that holds weights only */
-  x->meta = (gj_ckpt_meta){.loader = {(uint64_t)o->seed, 0, 0}};
+  x->meta = (gj_ckpt_meta){.loader = {.seed = (uint64_t)o->seed}};
   int rc = gj_run_resume(&x->st, &x->g, o->resume, o->run_dir, &x->meta, &x->resumed);
   if (rc == GJ_STOPPED) return stop_point(o->run_dir, "resuming");
   if (rc) return rc;
-  if (x->resumed) GJ_TRY(gj_loader_restore(&x->loader, x->meta.loader));
+  if (x->resumed) GJ_TRY(gj_loader_restore(&x->loader, &x->meta.loader));
   GJ_TRY(stop_point(o->run_dir, "resuming"));
   if (x->resumed && x->meta.step >= o->steps) { /* a finished run resumed again (a requeue): say so */
     gj_info("the run is already at step %lld, %s --steps %lld: nothing to train (give a larger --steps "
@@ -351,6 +353,11 @@ static double print_summary(const train_ctx *x) {
   gj_info("data: %s, %llu tokens, %llu windows of %lld; global batch %lld sequences = %lld tokens",
           x->o.data, (unsigned long long)x->train.n_tokens, (unsigned long long)x->loader.n_windows,
           (long long)T + 1, (long long)G, (long long)(G * T));
+  const gj_data *d = &x->train;
+  for (int k = 0; d->n_corpora > 1 && k < d->n_corpora; k++)
+    gj_info("  corpus %d: share %.4g, %d shard(s), %llu tokens, %llu windows: %s", k, d->weight[k],
+            d->first[k + 1] - d->first[k], (unsigned long long)gj_data_corpus_tokens(d, k),
+            (unsigned long long)x->loader.st.windows[k], d->name[k]);
   return peak;
 }
 

@@ -246,7 +246,7 @@ int gj_ckpt_load(const char *path, gj_state *st, gj_grid *g, gj_ckpt_meta *meta,
     with_optim = 0;
     memset(st->m, 0, st->n * sizeof(float));
     memset(st->v, 0, st->n * sizeof(float));
-    meta->loader = (gj_loader_state){meta->loader.seed, 0, 0};
+    meta->loader = (gj_loader_state){.seed = meta->loader.seed};
     gj_info("%s holds weights only: the optimizer starts afresh", path);
   }
   if (!has_optim) meta->step = meta->tokens_seen = 0;
@@ -278,8 +278,11 @@ int gj_ckpt_read_config(const char *path, gj_config *c) {
 int gj_ckpt_info(const char *path) {
   hid_t f;
   GJ_TRY(open_checked(path, &f, NULL));
-  gj_ckpt_attrs a = {.precision = "fp32 (not recorded)"};
+  gj_ckpt_attrs a = {.precision = "fp32 (not recorded)", .has_optim = 1};
   int rc = read_config(f, path, &a, GJ_CA_ROOT & ~GJ_CA_HAS_OPTIM);
+  /* the data order, in a file with the optimizer state (not one of gptj convert) */
+  if (!rc) rc = gj_ckptattr_read(f, path, &a, GJ_CA_HAS_OPTIM);
+  if (!rc && a.has_optim) rc = gj_ckptattr_read(f, path, &a, GJ_CA_LOADER);
   H5Fclose(f);
   if (rc) return rc;
   struct stat s;
@@ -290,6 +293,7 @@ int gj_ckpt_info(const char *path) {
          (long long)a.written_tp, a.precision);
   gj_ckptattr_print(&a, GJ_CA_CONFIG);
   printf("parameters: %lld\nfile size: %lld bytes\n", (long long)gj_config_n_params(&a.c), (long long)s.st_size);
+  if (a.has_optim) gj_ckptattr_print(&a, GJ_CA_LOADER);
   return 0;
 }
 

@@ -77,6 +77,8 @@ static const entry table[] = {
     U64(GJ_CA_LOADER, "seed", meta.loader.seed, 0, INT64_MAX),
     U64(GJ_CA_LOADER, "epoch", meta.loader.epoch, 0, MAX_TOKENS),
     U64(GJ_CA_LOADER, "cursor", meta.loader.cursor, 0, MAX_TOKENS),
+    /* the --data text, for gptj info (not checked: files may move) */
+    STR(GJ_CA_LOADER, "data", meta.loader.data, OPTIONAL),
 };
 #define N_ENTRIES (int)(sizeof table / sizeof table[0])
 
@@ -132,6 +134,45 @@ static void close_groups(hid_t h[3]) {
     if (h[i] >= 0) H5Gclose(h[i]);
 }
 
+/* A blend's state in /loader, written for a blend only: corpora = K, and for each corpus k
+ * corpus_<k>_share, corpus_<k>_windows and corpus_<k>_drawn. */
+static void blend_key(char *out, size_t n, int k, const char *what) { snprintf(out, n, "corpus_%d_%s", k, what); }
+
+static int write_blend(hid_t h, const gj_loader_state *st) {
+  if (st->n_corpora <= 1) return 0;
+  GJ_TRY(gj_h5_write_attr_i64(h, "corpora", st->n_corpora));
+  char key[64];
+  for (int k = 0; k < st->n_corpora; k++) {
+    blend_key(key, sizeof key, k, "share");
+    GJ_TRY(gj_h5_write_attr_f64(h, key, st->weight[k]));
+    blend_key(key, sizeof key, k, "windows");
+    GJ_TRY(gj_h5_write_attr_i64(h, key, (int64_t)st->windows[k]));
+    blend_key(key, sizeof key, k, "drawn");
+    GJ_TRY(gj_h5_write_attr_i64(h, key, (int64_t)st->drawn[k]));
+  }
+  return 0;
+}
+
+static int read_blend(hid_t h, const char *path, gj_loader_state *st) {
+  st->n_corpora = 1;
+  if (H5Aexists(h, "corpora") <= 0) return 0;
+  int64_t n, v;
+  GJ_TRY(gj_h5_attr_i64_in(h, path, "corpora", 2, GJ_MAX_CORPORA, &n));
+  st->n_corpora = (int)n;
+  char key[64];
+  for (int k = 0; k < st->n_corpora; k++) {
+    blend_key(key, sizeof key, k, "share");
+    GJ_TRY(gj_h5_attr_f64_in(h, path, key, 0, 1, GJ_H5_LO_OPEN, &st->weight[k]));
+    blend_key(key, sizeof key, k, "windows");
+    GJ_TRY(gj_h5_attr_i64_in(h, path, key, 1, MAX_TOKENS, &v));
+    st->windows[k] = (uint64_t)v;
+    blend_key(key, sizeof key, k, "drawn");
+    GJ_TRY(gj_h5_attr_i64_in(h, path, key, 0, MAX_TOKENS, &v));
+    st->drawn[k] = (uint64_t)v;
+  }
+  return 0;
+}
+
 static int do_write(hid_t h, const char *path, const entry *e, const gj_ckpt_attrs *in, gj_ckpt_attrs *out) {
   return write_entry(h, e, in);
 }
@@ -146,6 +187,7 @@ int gj_ckptattr_write(hid_t f, const gj_ckpt_attrs *a, int mask) {
     if (h[i] < 0) rc = GJ_H5_FAIL("cannot create group /%s", group_name[i]);
   }
   if (!rc) rc = walk(h, NULL, a, NULL, mask & ~GJ_CA_ROOT, do_write);
+  if (!rc && (mask & GJ_CA_LOADER)) rc = write_blend(h[2], &a->meta.loader);
   close_groups(h);
   return rc;
 }
@@ -176,6 +218,7 @@ int gj_ckptattr_read(hid_t f, const char *path, gj_ckpt_attrs *a, int mask) {
   if (!(mask & ~GJ_CA_ROOT)) return 0;
   GJ_TRY(open_groups(f, path, mask, h));
   int rc = walk(h, path, NULL, a, mask & ~GJ_CA_ROOT, do_read);
+  if (!rc && (mask & GJ_CA_LOADER)) rc = read_blend(h[2], path, &a->meta.loader);
   close_groups(h);
   return rc;
 }
@@ -224,4 +267,11 @@ void gj_ckptattr_print(const gj_ckpt_attrs *a, int mask) {
     case T_STR: printf("%s: %s\n", e->name, (const char *)v); break;
     }
   }
+  const gj_loader_state *st = &a->meta.loader;
+  if (!(mask & GJ_CA_LOADER) || st->n_corpora <= 1) return;
+  printf("corpora: %d (a blend)\n", st->n_corpora);
+  for (int k = 0; k < st->n_corpora; k++)
+    printf("corpus %d: share %.6g, %llu windows, %llu drawn (epoch %llu)\n", k, st->weight[k],
+           (unsigned long long)st->windows[k], (unsigned long long)st->drawn[k],
+           (unsigned long long)(st->drawn[k] / st->windows[k]));
 }
