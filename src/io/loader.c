@@ -63,7 +63,7 @@ static int count_windows(gj_loader *l) {
 }
 
 static int init_common(gj_loader *l, int64_t T, uint64_t seed, int shuffle, int n_corpora) {
-  l->T = T, l->shuffle = shuffle, l->shard_first = NULL, l->n_windows = 0;
+  l->T = T, l->shuffle = shuffle, l->shard_first = NULL, l->n_windows = 0, l->share_lo = l->share_n = 0;
   memset(&l->st, 0, sizeof l->st);
   l->st.seed = seed, l->st.n_corpora = n_corpora;
   if (T < 1) return GJ_FAIL("sequence length %lld: below 1", (long long)T);
@@ -185,6 +185,13 @@ static void advise(const gj_loader *l, uint64_t w) {
   gj_dataset_advise(&l->shard[s], (w - l->shard_first[s]) * (uint64_t)l->T, (uint64_t)l->T + 1);
 }
 
+void gj_loader_set_share(gj_loader *l, int64_t lo, int64_t n) { l->share_lo = lo, l->share_n = n; }
+
+/* Whether window i of a global batch of G is this rank's to prefetch. */
+static int mine(const gj_loader *l, int64_t i) {
+  return l->share_n <= 0 || (i >= l->share_lo && i < l->share_lo + l->share_n);
+}
+
 int gj_loader_next(gj_loader *l, int64_t G, uint64_t *win) {
   if (G < 1 || (!blended(l) && (uint64_t)G > l->n_windows))
     return GJ_FAIL("%s: a global batch of %lld windows exceeds the dataset's %llu windows of %lld "
@@ -199,7 +206,7 @@ int gj_loader_next(gj_loader *l, int64_t G, uint64_t *win) {
     for (int64_t i = 0; i < G; i++) {
       uint64_t w;
       draw_blend(l, drawn, l->st.cursor + (uint64_t)i, 1, &w);
-      advise(l, w);
+      if (mine(l, i)) advise(l, w);
     }
     return 0;
   }
@@ -209,7 +216,8 @@ int gj_loader_next(gj_loader *l, int64_t G, uint64_t *win) {
   /* the next global batch (the same rule), for the page cache to fetch while this one runs */
   uint64_t e = l->st.epoch, c = l->st.cursor;
   if (c + G > l->n_windows) e++, c = 0;
-  for (int64_t i = 0; i < G; i++) advise(l, window_at(l, 0, e, c + i));
+  for (int64_t i = 0; i < G; i++)
+    if (mine(l, i)) advise(l, window_at(l, 0, e, c + i));
   return 0;
 }
 

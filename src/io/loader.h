@@ -45,6 +45,7 @@ typedef struct {
   int64_t T;
   uint64_t n_windows;
   int shuffle;
+  int64_t share_lo, share_n; /* the part of each global batch this rank reads (0, 0: all) */
   gj_loader_state st;
 } gj_loader;
 
@@ -57,6 +58,9 @@ int gj_loader_init_data(gj_loader *l, const gj_data *d, int64_t T, uint64_t seed
 void gj_loader_free(gj_loader *l);
 /* Restore a saved state (checks it against this data: the same blend, weights and windows). */
 int gj_loader_restore(gj_loader *l, const gj_loader_state *st);
+/* This rank reads windows [lo, lo + n) of each global batch: gj_loader_next prefetches only
+ * those of the next batch (the page cache of a node is shared; its other ranks fetch theirs). */
+void gj_loader_set_share(gj_loader *l, int64_t lo, int64_t n);
 /* The next global batch of G windows (window indices into win[G]); one corpus moves to its
  * next epoch when fewer than G windows remain in this one. */
 int gj_loader_next(gj_loader *l, int64_t G, uint64_t *win);

@@ -219,6 +219,7 @@ int gj_run_loop(gj_run *r) {
   s.win = malloc(s.G * sizeof(uint64_t));
   int rc = s.win ? 0 : GJ_FAIL("out of memory for a batch of %lld sequences", (long long)s.G);
   GJ_AGREE(g->world, rc);
+  gj_loader_set_share(r->loader, (int64_t)g->dp_rank * r->A * r->B, r->A * r->B); /* fill_batch's part */
   s.t_start = s.t_last = gj_now();
   int stop = 0;
   while (r->meta->step < r->o.steps && !rc && !stop) rc = loop_step(&s, &stop);
