@@ -155,9 +155,9 @@ typedef struct {
 
 /* GPT-J block l, x + attn(ln_1(x)) + mlp(ln_1(x)) into b->xo, with ONE TP all-reduce of the two
  * branches' partial sums, for T new tokens per sequence at positions pos0.. (pos0 > 0: one
- * sequence, B = 1, whose earlier keys and values are in b->k, b->v: the KV-cache decode). The
- * training forward, its recomputation in backward and the decode all run this block; a->y
- * and a->dact are its work buffers, a->h16 its bf16 ln_1 copy. */
+ * sequence, B = 1, whose earlier keys and values are in b->k, b->v, or in b->kv16: the KV-cache
+ * decode). The training forward, its recomputation in backward and the decode all run this
+ * block; a->y and a->dact are its work buffers, a->h16 its bf16 ln_1 copy. */
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
                            int64_t pos0);
 
