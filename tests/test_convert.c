@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "common.h"
 #include "io/dataset.h"
@@ -346,8 +347,8 @@ START_TEST(test_hf_direct) {
   uint64_t off[2] = {0, 600};
   for (int i = 0; i < 600; i++) tok[i] = (uint16_t)((i * 37 + i / 11) % cfg.vocab_size);
   ck_assert_int_eq(gj_dataset_write(ds, tok, 600, off, 1, 600, "synthetic"), 0);
-  /* F32 files, BF16 files, and BF16 files under --precision bf16 (--hf: the GEMM weights held
-   * in bfloat16 only; --checkpoint: float32 weights with bf16 copies: the same products) */
+  /* F32 files, BF16 files, and BF16 files under --precision bf16 (both bf16-resident: the GEMM
+   * weights and the embedding read in blocks of rows and rounded into bfloat16, the only copy) */
   const char *kind[3] = {"", "b", "b"}, *prec[3] = {"fp32", "fp32", "bf16"};
   for (int k = 0; k < 3; k++) {
     char ref[2][512] = {"", ""};
@@ -377,11 +378,73 @@ START_TEST(test_hf_direct) {
       }
     }
   }
-  /* refused before loading, naming what it needs */
+  /* refused before loading, naming what it needs (bf16: the bf16-resident weights) */
   char log[1400];
   snprintf(log, sizeof log, "%s/hfd-mem.log", OUT);
   ck_assert_int_eq(sh("%s/gptj eval --hf %s --data %s --mem-per-rank-gb 0.001 >%s 2>&1", B_, hf, ds, log), 1);
   ck_assert_int_eq(sh("grep -q 'the model needs .* GB per rank (weights' %s", log), 0);
+  ck_assert_int_eq(sh("%s/gptj eval --checkpoint %s/hfd.h5 --precision bf16 --data %s --mem-per-rank-gb 0.001 >%s 2>&1",
+                      B_, OUT, ds, log), 1);
+  ck_assert_int_eq(sh("grep -q 'the model needs .* GB per rank (weights in bf16' %s", log), 0);
+}
+END_TEST
+
+/* Set element e of checkpoint tensor `name` (a float32 dataset) to v; with fix_crc its crc32
+ * attribute is recomputed (of the global row-major bytes), else left stale. */
+static void edit_tensor(const char *file, const char *name, size_t e, float v, int fix_crc) {
+  hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+  char p[300];
+  snprintf(p, sizeof p, "/model/%s", name);
+  hid_t d = H5Dopen2(f, p, H5P_DEFAULT), sp = H5Dget_space(d);
+  size_t n = (size_t)H5Sget_simple_extent_npoints(sp);
+  float *buf = malloc(n * sizeof(float));
+  ck_assert(f >= 0 && d >= 0 && e < n);
+  ck_assert_int_ge(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+  buf[e] = v;
+  ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+  if (fix_crc) {
+    uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)buf, (uInt)(n * sizeof(float)));
+    hid_t at = H5Aopen(d, "crc32", H5P_DEFAULT);
+    ck_assert_int_ge(H5Awrite(at, H5T_NATIVE_UINT32, &crc), 0);
+    H5Aclose(at);
+  }
+  free(buf);
+  H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+}
+
+/* A bf16-resident load from a checkpoint (read in blocks, never whole) keeps its checks: a
+ * changed value is refused by the CRC, a non-finite one with a fixed CRC by the finite check,
+ * at TP 1 and TP 2 (fc_out is split by columns: one CRC per row segment), naming the tensor. */
+START_TEST(test_ckpt_bf16_checks) {
+  char ok[1300], bad[1300], ds[1300], log[1300], mpi[600];
+  snprintf(ok, sizeof ok, "%s/hfdb.h5", OUT);
+  snprintf(bad, sizeof bad, "%s/hfdb-bad.h5", OUT);
+  snprintf(ds, sizeof ds, "%s/hfd-data.h5", OUT);
+  snprintf(log, sizeof log, "%s/hfdb-bad.log", OUT);
+  snprintf(mpi, sizeof mpi, "%s --oversubscribe", tu_env("GJ_MPIRUN", "mpirun"));
+  if (access(ok, F_OK) || access(ds, F_OK)) { /* made by test_hf_direct */
+    char hf[1300];
+    snprintf(hf, sizeof hf, "%s/hfd", OUT);
+    make_hf(hf);
+    ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/hfd.h5 >/dev/null", B_, hf, OUT), 0);
+    ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfdb --checkpoint %s/hfd.h5 --dtype bfloat16 >/dev/null && "
+                        "%s/gptj convert --from-hf %s/hfdb --out %s >/dev/null", B_, OUT, OUT, B_, OUT, ok), 0);
+    uint16_t tok[600];
+    uint64_t off[2] = {0, 600};
+    for (int i = 0; i < 600; i++) tok[i] = (uint16_t)((i * 37 + i / 11) % cfg.vocab_size);
+    ck_assert_int_eq(gj_dataset_write(ds, tok, 600, off, 1, 600, "synthetic"), 0);
+  }
+  const char *name = "transformer.h.1.mlp.fc_out.weight";
+  const char *want[2] = {"is corrupted", "holds a non-finite value"};
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(sh("cp %s %s", ok, bad), 0);
+    edit_tensor(bad, name, 37, k ? NAN : 0.5f, k);
+    for (int tp = 1; tp <= 2; tp++) {
+      ck_assert_int_eq(sh("%s -np %d %s/gptj eval --checkpoint %s --data %s --seq-len 64 --tp %d --precision bf16 >%s 2>&1",
+                          mpi, tp, B_, bad, ds, tp, log), 1);
+      ck_assert_msg(sh("grep -q '%s.*%s' %s", name, want[k], log) == 0, "tp %d: no '%s' in %s", tp, want[k], log);
+    }
+  }
 }
 END_TEST
 
@@ -457,6 +520,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_files);
   tcase_add_test(tc, test_many_tensors);
   tcase_add_test(tc, test_hf_direct);
+  tcase_add_test(tc, test_ckpt_bf16_checks);
   tcase_add_test(tc, test_random_hf);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -194,8 +194,9 @@ END_TEST
 
 /* The memory check uses the cgroup limit (what Slurm's --mem sets): a real v1 or v2 memory
  * cgroup below this process's own, 100 MiB: train, eval and generate are refused before they
- * allocate, naming the limit (generate holds the weights only: a model of 169 MB of weights);
- * generate of the tiny model (26 MB of weights, no gradients or moments) runs within it. */
+ * allocate, naming the limit (eval and generate hold the weights only: a model of 169 MB of
+ * weights); generate of the tiny model (26 MB of weights, no gradients or moments) runs
+ * within it. */
 START_TEST(test_memory_cgroup) {
   char ck[1400], big[1400], log[1400];
   snprintf(ck, sizeof ck, "%s/cg-run/ckpt-00000001.h5", OUT);
@@ -213,7 +214,7 @@ START_TEST(test_memory_cgroup) {
   for (int i = 0; i < 4; i++) {
     char args[2048];
     if (i == 0) snprintf(args, sizeof args, "train %s --data %s --steps 1 --run-dir %s/cg-run2", COMMON, DATA, OUT);
-    if (i == 1) snprintf(args, sizeof args, "eval --checkpoint %s --data %s --seq-len 128 --micro-batch 4", ck, DATA);
+    if (i == 1) snprintf(args, sizeof args, "eval --checkpoint %s --data %s --seq-len 128 --micro-batch 4", big, DATA);
     if (i == 2) snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 1,2 --ids", big);
     if (i == 3) snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 1,2 --ids --max-new-tokens 4", ck);
     int rc = sh("%s (echo $BASHPID > $cg/cgroup.procs && exec %s/gptj %s) >%s 2>&1; e=$?; "

@@ -349,8 +349,8 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   tu_fill(th, thd, 3 * n, 2.0);
   tu_fill(r, rd, n, 1.0);
   c.r = rd;
-  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T, T, Hl, Hd, ld, ld, T * ld,
-                       ld, T * ld);
+  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+                       T * ld, ld, T * ld);
   att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
   ck_assert_double_le(tu_rel(o, od, n), FWD_TOL);
   ck_assert_double_le(tu_rel(lse, lsed, B * Hl * T), FWD_TOL);
@@ -358,8 +358,8 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
    * rows of the full computation. */
   int64_t Tq = T / 3 + 1;
   float *oq = tu_falloc(B * Tq * ld);
-  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, NULL, scratch, B, Tq, T, Hl,
-                       Hd, ld, ld, T * ld, ld, T * ld);
+  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, NULL, T, scratch, B, Tq, T,
+                       Hl, Hd, ld, ld, T * ld, ld, T * ld);
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < Tq; t++)
       for (size_t e = 0; e < ld; e++)
@@ -384,6 +384,45 @@ START_TEST(test_attention_forward_long) { check_attention(2, 3 * GJ_ATTN_QBLOCK 
 END_TEST
 
 /* ---- embedding ---- */
+/* bf16: the attention of the last Tq queries over keys and values held in a KV cache of Tc > Tk
+ * positions per head (rounded in by gj_attention_heads16_at, in two pieces) equals the same
+ * with dense head-major copies of these keys: the same bfloat16 operands, the same products. */
+START_TEST(test_attention_cache16) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  if (!f.amx_bf16 && !f.avx512_bf16) {
+    fprintf(stderr, "test_attention_cache16: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
+    return;
+  }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+  const int64_t T = 2 * GJ_ATTN_QBLOCK + 9, Tq = 5, Hl = 3, Hd = 16, ld = Hl * Hd, Tc = T + 40;
+  const int64_t t1 = T - Tq - 3; /* the cache filled by a prefill of t1 rows, then the rest */
+  size_t n = (size_t)T * ld;
+  float *th = tu_falloc(3 * n), *o1 = tu_falloc(Tq * ld), *o2 = tu_falloc(Tq * ld);
+  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T));
+  tu_fill(th, NULL, 3 * n, 2.0);
+  gj_bf16 *dense = calloc(3 * n, sizeof(gj_bf16)), *cache = calloc(2 * Hl * Tc * Hd, sizeof(gj_bf16));
+  const float *q = th + (T - Tq) * ld;
+  gj_attention_heads16(dense, q, 1, Tq, Hl, Hd, ld);
+  for (int j = 1; j < 3; j++) {
+    gj_attention_heads16(dense + j * n, th + j * n, 1, T, Hl, Hd, ld);
+    gj_bf16 *c = cache + (j - 1) * Hl * Tc * Hd;
+    gj_attention_heads16_at(c, Tc, 0, th + j * n, 1, t1, Hl, Hd, ld);
+    gj_attention_heads16_at(c, Tc, t1, th + j * n + t1 * ld, 1, T - t1, Hl, Hd, ld);
+  }
+  const gj_bf16 *d3[3] = {dense, dense + n, dense + 2 * n};
+  const gj_bf16 *c3[3] = {dense, cache, cache + Hl * Tc * Hd};
+  gj_attention_forward(o1, NULL, q, th + n, th + 2 * n, d3, T, scratch, 1, Tq, T, Hl, Hd, ld, ld,
+                       Tq * ld, ld, T * ld);
+  gj_attention_forward(o2, NULL, q, th + n, th + 2 * n, c3, Tc, scratch, 1, Tq, T, Hl, Hd, ld, ld,
+                       Tq * ld, ld, T * ld); /* k and v are not read: their copies are given */
+  ck_assert(!memcmp(o1, o2, Tq * ld * sizeof(float)));
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(th), free(o1), free(o2), free(scratch), free(dense), free(cache);
+}
+END_TEST
+
 START_TEST(test_embedding) {
   const int64_t V = 17, D = 5, N = 11, v0 = 6, Vl = 7; /* this shard holds rows 6..12 */
   int32_t ids[11] = {0, 6, 12, 13, 7, 7, 16, 9, 6, 12, 3};
@@ -402,8 +441,17 @@ START_TEST(test_embedding) {
   }
   gj_embedding_backward(dw, dout, ids, N, D, v0, Vl);
   ck_assert_double_le(tu_rel(dw, ref, Vl * D), 1e-6);
+  /* from a bfloat16 table: the rows widened exactly, zeros outside the shard */
+  gj_bf16 *w16 = calloc(Vl * D, sizeof(gj_bf16));
+  gj_bf16_round(w16, wte, Vl * D);
+  gj_embedding_forward16(out, ids, w16, N, D, v0, Vl);
+  for (int64_t i = 0; i < N; i++) {
+    int in = ids[i] >= v0 && ids[i] < v0 + Vl;
+    for (int64_t j = 0; j < D; j++)
+      ck_assert_float_eq(out[i * D + j], in ? gj_bf16_to_f32(w16[(ids[i] - v0) * D + j]) : 0.0f);
+  }
   (void)V;
-  free(wte), free(out), free(dout), free(dw), free(ref);
+  free(wte), free(out), free(dout), free(dw), free(ref), free(w16);
 }
 END_TEST
 
@@ -507,6 +555,7 @@ int main(void) {
   tcase_add_test(tc, test_attention_small);
   tcase_add_test(tc, test_attention_blocks);
   tcase_add_test(tc, test_attention_forward_long);
+  tcase_add_test(tc, test_attention_cache16);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_crc32);
   tcase_add_test(tc, test_crossentropy);

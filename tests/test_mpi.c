@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "train/evaluate.h"
+#include "model/generate.h"
 #include "model/gptj.h"
 #include "parallel/grid.h"
 #include "train/step.h"
@@ -167,6 +168,24 @@ START_TEST(test_blocked_head) {
     ck_assert_double_le(fabs(l1 - l3) / l1, 1e-6);
     /* a training model refuses the separate backward (it kept no logits) */
     ck_assert_int_ne(gj_model_backward(&trn, scale, zl, NULL), 0);
+    /* eval's forward-only network (the residual stream in place, the head in blocks) over the
+     * weights alone: the same loss; it refuses backward and the KV cache */
+    {
+      gj_state sf;
+      gj_model fw;
+      double l4;
+      int64_t n4;
+      ck_assert_int_eq(gj_state_create_weights(&sf, &c, &g), 0);
+      ck_assert_int_eq(gj_model_create(&fw, &sf, &g, B, T, GJ_FORWARD, 0), 0);
+      gj_params_init(fw.lay, &c, fw.params, 5);
+      ck_assert_int_eq(gj_model_forward(&fw, ids, tg, B, T, zl, &l4, &n4), 0);
+      ck_assert_int_eq(n1, n4);
+      ck_assert_double_le(fabs(l1 - l4) / l1, 1e-6);
+      ck_assert_uint_lt(fw.act_bytes, trn.act_bytes);
+      ck_assert_int_ne(gj_model_backward(&fw, scale, zl, NULL), 0);
+      ck_assert_int_ne(gj_model_forward_cached(&fw, ids, 4, 0), 0);
+      model_del(&sf, &fw);
+    }
     for (int t = 0; t < ref.lay->n; t++) {
       const gj_tensor *ts = &ref.lay->t[t];
       double num = 0, den = 0;
@@ -248,6 +267,26 @@ START_TEST(test_train_step_layouts) {
 }
 END_TEST
 
+/* Whether this CPU runs bf16 GEMMs (else the bf16 sizes are not checked). */
+static int bf16_ok(void) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  if (!f.amx_bf16 && !f.avx512_bf16)
+    fprintf(stderr, "bf16 sizes: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
+  return f.amx_bf16 || f.avx512_bf16;
+}
+
+/* The bytes of a bf16-resident state of GPT-J c at TP tp, from the architecture: the 2-D
+ * tensors (embedding, q/k/v/out, fc_in/out, lm_head) in bfloat16, the 1-D ones in float32;
+ * the embedding, lm_head, q/k/v, out_proj, fc_in/out and their biases but fc_out's split by
+ * TP, the LayerNorms and fc_out's bias replicated. */
+static size_t weights16_bytes(const gj_config *c, int tp) {
+  size_t V = (size_t)c->vocab_size, D = (size_t)c->n_embd, F = (size_t)c->n_inner, L = (size_t)c->n_layer;
+  size_t two = (2 * V * D + L * (4 * D * D + 2 * D * F)) / tp;
+  size_t one = L * 3 * D + 2 * D + (L * F + V) / tp;
+  return 2 * two + 4 * one;
+}
+
 /* gptj plan's arithmetic equals what the arenas really allocate. */
 static void check_sizes(const char *preset, int tp, int zero, int recompute, int64_t B, int64_t T) {
   gj_config c;
@@ -280,25 +319,67 @@ START_TEST(test_plan_sizes) {
   gj_config_preset(&t, "gptj-125m");
   gj_grid g;
   ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
-  size_t acts[3];
-  for (int keep = 0; keep < 3; keep++) {
-    gj_mem_sizes s;
-    ck_assert_int_eq(gj_model_sizes(&s, &t, world_size, g.dp_size, 0, keep, 0, 1, 512, omp_get_max_threads()), 0);
-    gj_state st;
-    gj_model m;
-    ck_assert_int_eq(gj_state_create_weights(&st, &t, &g), 0);
-    ck_assert_int_eq(gj_model_create(&m, &st, &g, 1, 512, keep, 0), 0);
-    ck_assert_uint_eq(m.act_bytes, s.acts);
-    ck_assert_uint_eq(st.bytes, s.params);
-    acts[keep] = s.acts;
-    model_del(&st, &m);
+  size_t acts[2][4];
+  int precs = bf16_ok() ? 2 : 1;
+  for (int bf = 0; bf < precs; bf++) {
+    ck_assert_int_eq(gj_gemm_setup(bf ? GJ_GEMM_AUTO : GJ_GEMM_OPENBLAS, bf ? GJ_PREC_BF16 : GJ_PREC_F32), 0);
+    for (int keep = 0; keep < 4; keep++) {
+      gj_mem_sizes s;
+      ck_assert_int_eq(gj_model_sizes(&s, &t, world_size, g.dp_size, 0, keep, 0, 1, 512, omp_get_max_threads()), 0);
+      gj_state st;
+      gj_model m;
+      ck_assert_int_eq(bf ? gj_state_create_weights16(&st, &t, &g) : gj_state_create_weights(&st, &t, &g), 0);
+      ck_assert_int_eq(gj_model_create(&m, &st, &g, 1, 512, keep, 0), 0);
+      ck_assert_uint_eq(m.act_bytes, s.acts);
+      ck_assert_uint_eq(st.bytes, bf ? weights16_bytes(&t, world_size) : s.params);
+      acts[bf][keep] = s.acts;
+      model_del(&st, &m);
+    }
+    ck_assert_uint_lt(acts[bf][GJ_RECOMPUTE], acts[bf][GJ_KEEP_ALL]);
+    ck_assert_uint_lt(acts[bf][GJ_DECODE], acts[bf][GJ_KEEP_ALL]);
+    ck_assert_uint_lt(acts[bf][GJ_FORWARD], acts[bf][GJ_RECOMPUTE]);
   }
-  ck_assert_uint_lt(acts[GJ_RECOMPUTE], acts[GJ_KEEP_ALL]);
-  ck_assert_uint_lt(acts[GJ_DECODE], acts[GJ_KEEP_ALL]);
+  /* bf16 decoding holds its KV cache in bfloat16 only: less than float32's */
+  if (precs == 2) ck_assert_uint_lt(acts[1][GJ_DECODE], acts[0][GJ_DECODE]);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
   gj_grid_free(&g);
   gj_config c;
   gj_config_preset(&c, "gptj-6b");
   ck_assert_int_eq(gj_config_n_params(&c), 6050882784LL);
+}
+END_TEST
+
+/* bf16 decoding: a decode network holds its KV cache in bfloat16 only (the keys and values
+ * rounded once as they enter it); the same bfloat16 operands as a network that keeps float32
+ * keys and values and lets the GEMM door round them, so the same greedy ids and the same
+ * logits, bit for bit, at TP = ranks. */
+START_TEST(test_decode_cache16) {
+  if (!bf16_ok()) return;
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+  gj_config c;
+  tiny(&c, 3);
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
+  gj_state st;
+  gj_model ref, dec;
+  ck_assert_int_eq(gj_state_create_weights(&st, &c, &g), 0);
+  gj_params_init(&st.lay, &c, st.params, 21);
+  ck_assert_int_eq(gj_model_create(&ref, &st, &g, 1, 64, GJ_KEEP_ALL, 0), 0);
+  ck_assert_int_eq(gj_model_create(&dec, &st, &g, 1, 64, GJ_DECODE, 0), 0);
+  ck_assert_ptr_null(ref.a.kv16);
+  ck_assert_ptr_nonnull(dec.a.kv16);
+  int32_t a[64], b[64];
+  for (int i = 0; i < 9; i++) a[i] = b[i] = (i * 13 + 4) % 96;
+  ck_assert_int_eq(gj_generate_greedy(&ref, a, 9, 40), 0);
+  ck_assert_int_eq(gj_generate_greedy(&dec, b, 9, 40), 0);
+  for (int i = 0; i < 49; i++) ck_assert_int_eq(a[i], b[i]);
+  ck_assert(!memcmp(ref.a.logits, dec.a.logits, ref.Vl * sizeof(float)));
+  gj_model_free(&ref), gj_model_free(&dec);
+  gj_state_free(&st);
+  gj_grid_free(&g);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
 }
 END_TEST
 
@@ -508,6 +589,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_allreduce_count);
   tcase_add_test(tc, test_eval_matches_loop);
   tcase_add_test(tc, test_plan_sizes);
+  tcase_add_test(tc, test_decode_cache16);
   tcase_add_test(tc, test_blocked_head);
   tcase_add_test(tc, test_train_step_layouts);
   tcase_add_test(tc, test_bcast_large);

@@ -27,7 +27,7 @@
 #define GJ_HF_HELP "a Hugging Face GPT-J directory (config.json + safetensors, single or sharded, F32/F16/BF16), read directly: each rank reads its TP slices (instead of --checkpoint)"
 
 /* Tensor t of a Hugging Face directory, read in blocks of rows of at most 4 Mi floats, into
- * the bfloat16 copies of a bf16-resident state (rounded as the bf16 path rounds weights). */
+ * the bfloat16 store of a bf16-resident state (rounded as the bf16 path rounds weights). */
 static int read_hf_rounded(gj_hf *h, gj_state *st, const gj_tensor *t, float *buf, int64_t rows) {
   for (int64_t r0 = 0; r0 < t->lrows; r0 += rows) {
     int64_t nr = GJ_MIN(rows, t->lrows - r0);
@@ -41,7 +41,8 @@ static int read_hf_rounded(gj_hf *h, gj_state *st, const gj_tensor *t, float *bu
 }
 
 /* This rank's slices of every tensor of a Hugging Face directory into st: float32 into its
- * parameters, or, for a bf16-resident state, the GEMM weights into its bfloat16 copies. */
+ * parameters, or, for a bf16-resident state, the GEMM weights and the embedding into its
+ * bfloat16 store. */
 static int read_hf_weights(gj_hf *h, gj_state *st) {
   GJ_TRY(gj_hf_check(h, &st->lay));
   int64_t rows = 1;
@@ -51,7 +52,7 @@ static int read_hf_weights(gj_hf *h, gj_state *st) {
   int rc = st->w16 && !buf ? GJ_FAIL("out of memory") : 0;
   for (int i = 0; i < st->lay.n && !rc; i++) {
     const gj_tensor *t = &st->lay.t[i];
-    if (st->w16 && gj_tensor_has_w16(t)) {
+    if (st->w16 && gj_tensor_resident16(t)) {
       rc = read_hf_rounded(h, st, t, buf, rows);
     } else {
       float *p = st->params + t->offset;
@@ -67,9 +68,10 @@ static int read_hf_weights(gj_hf *h, gj_state *st) {
 }
 
 /* Grid, config from the checkpoint (or Hugging Face directory hf), model with capacity [B, T],
- * weights loaded (each rank reads its own TP slices); keep: what the network keeps of its
- * activations (GJ_RECOMPUTE for eval's forward, GJ_DECODE for generate's KV cache). The
- * caller frees st, m and g (zeroed before), whatever this returns. */
+ * weights loaded (each rank reads its own TP slices; in bf16 the GEMM weights and the embedding
+ * rounded into bfloat16 as read, the only copy held); keep: what the network keeps of its
+ * activations (GJ_FORWARD for eval, GJ_DECODE for generate's KV cache). The caller frees st,
+ * m and g (zeroed before), whatever this returns. */
 static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, const char *hf, int64_t tp,
                       int64_t B, int64_t *T, int keep, const char *gemm, const char *prec, double mem_gb,
                       const char *hint) {
@@ -89,21 +91,16 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   /* refuse, before allocating, a model that does not fit (what the weights-only state and
    * gj_model_create allocate: no gradients or optimizer moments) */
   gj_mem_sizes ms;
-  /* in bf16 from a Hugging Face directory the GEMM weights are held in bfloat16 only */
-  int lean16 = hf && gj_gemm_precision() == GJ_PREC_BF16;
+  /* in bf16 the GEMM weights and the embedding are held in bfloat16 only */
+  int lean16 = gj_gemm_precision() == GJ_PREC_BF16;
   size_t wbytes = 0;
   if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, keep, 0, B, *T, omp_get_max_threads());
-  if (!rc && lean16) rc = gj_state_weights16_bytes(&c, g->tp_size, &wbytes);
+  if (!rc) rc = lean16 ? gj_state_weights16_bytes(&c, g->tp_size, &wbytes) : (wbytes = ms.params, 0);
   if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
   char detail[256];
-  if (lean16) {
-    snprintf(detail, sizeof detail, "weights in bf16 %.2f, activations %.2f", wbytes / 1e9, ms.acts / 1e9);
-    rc = gj_mem_check(w, (double)wbytes + ms.acts, detail, hint, mem_gb, NULL);
-  } else {
-    snprintf(detail, sizeof detail, "weights %.2f, activations %.2f, bf16 weight copies %.2f", ms.params / 1e9,
-             ms.acts / 1e9, ms.w16 / 1e9);
-    rc = gj_mem_check(w, (double)ms.params + ms.acts + ms.w16, detail, hint, mem_gb, NULL);
-  }
+  snprintf(detail, sizeof detail, "weights%s %.2f, activations %.2f", lean16 ? " in bf16" : "", wbytes / 1e9,
+           ms.acts / 1e9);
+  rc = gj_mem_check(w, (double)wbytes + ms.acts, detail, hint, mem_gb, NULL);
   if (!rc) {
     rc = lean16 ? gj_state_create_weights16(st, &c, g) : gj_state_create_weights(st, &c, g);
     if (!rc) rc = gj_model_create(m, st, g, B, *T, keep, 0);
@@ -153,7 +150,7 @@ int gj_cmd_eval(int argc, char **argv) {
     rc = GJ_FAIL("--data: required");
     goto done;
   }
-  rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, GJ_RECOMPUTE, gemm, prec, mem_gb,
+  rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, GJ_FORWARD, gemm, prec, mem_gb,
                   "use more ranks with --tp, or a smaller --seq-len or --micro-batch");
   if (rc) goto done;
   if (S == 0) S = T;

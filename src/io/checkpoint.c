@@ -223,7 +223,10 @@ static int load_blocks(hid_t f, const char *path, gj_state *st, gj_grid *g, int 
     const gj_tensor *t = &st->lay.t[k % n];
     float *local = b && st->zero ? stage : blocks[b] + t->offset - (b ? st->lo : 0);
     dset_path(p, sizeof p, b, t);
-    rc = gj_ckpttensor_load(f, path, p, g, t, local);
+    if (b == 0 && st->w16 && gj_tensor_resident16(t)) /* bf16-resident: rounded as read */
+      rc = gj_ckpttensor_load_bf16(f, path, p, g, t, st->w16 + t->offset);
+    else
+      rc = gj_ckpttensor_load(f, path, p, g, t, local);
     if (!rc && b && st->zero) gj_ckptshare_keep_owned(st, t, stage, blocks[b]);
   }
   if (fd >= 0) close(fd);

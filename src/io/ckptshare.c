@@ -79,7 +79,7 @@ static int crc_per_row(const gj_grid *g, const gj_tensor *t) {
 /* The last step of a tensor's CRC: slice holds, at this rank's TP position (0 for replicated
  * tensors), the CRC of its slice or of each row segment of it; exchange them over the TP group
  * and combine in global order. */
-static int slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out) {
+int gj_ckptshare_slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out) {
   int tp = tp_parts(g, t);
   int64_t units = crc_per_row(g, t) ? t->lrows : 1;
   if (tp > 1) GJ_TRY(gj_allgather_u32(g->tp, slice, (size_t)units));
@@ -96,8 +96,16 @@ static int slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t 
   return 0;
 }
 
+int64_t gj_ckptshare_slice_units(const gj_grid *g, const gj_tensor *t) {
+  return crc_per_row(g, t) ? t->lrows : 1;
+}
+int gj_ckptshare_slice_parts(const gj_grid *g, const gj_tensor *t) { return tp_parts(g, t); }
+int64_t gj_ckptshare_slice_at(const gj_grid *g, const gj_tensor *t) {
+  return tp_parts(g, t) > 1 ? gj_ckptshare_slice_units(g, t) * g->tp_rank : 0;
+}
+
 /* The replicas of a slice checksum a share of its rows each (one CRC, or one per row segment),
- * exchange them, and the slices are combined by slices_crc. */
+ * exchange them, and the slices are combined by gj_ckptshare_slices_crc. */
 int gj_ckptshare_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out) {
   gj_replicas rep = replicas(g, t);
   int tp = tp_parts(g, t), per_row = crc_per_row(g, t);
@@ -130,7 +138,7 @@ int gj_ckptshare_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_
     }
     own[0] = (uint32_t)r;
   }
-  if (!rc) rc = slices_crc(g, t, slice, out);
+  if (!rc) rc = gj_ckptshare_slices_crc(g, t, slice, out);
   free(slice), free(cnt);
   return rc;
 }
@@ -176,7 +184,7 @@ static void piece_crc(void *c, int64_t lo, int64_t hi) {
 }
 
 /* Each DP rank checksums its owned range in pieces, the pieces are gathered over DP and
- * combined into the slice's CRC (or its rows'), then slices_crc as for gj_ckptshare_crc. */
+ * combined into the slice's CRC (or its rows'), then gj_ckptshare_slices_crc as for gj_ckptshare_crc. */
 int gj_ckptshare_owned_crc(const gj_state *st, gj_grid *g, const gj_tensor *t, const float *mine,
                            uint32_t *out) {
   int dp = g->dp_size, me = g->dp_rank;
@@ -207,7 +215,7 @@ int gj_ckptshare_owned_crc(const gj_state *st, gj_grid *g, const gj_tensor *t, c
       int64_t row = per_row ? start[k] / t->lcols : 0;
       own[row] = (uint32_t)crc32_combine64(own[row], crc[k], (z_off64_t)(all.len[k] * sizeof(float)));
     }
-    rc = slices_crc(g, t, slice, out);
+    rc = gj_ckptshare_slices_crc(g, t, slice, out);
   }
   free(pc), free(crc), free(start);
   return rc;

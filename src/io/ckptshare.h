@@ -33,6 +33,17 @@ int gj_ckptshare_gather_rows(gj_grid *g, const gj_tensor *t, float *local, int64
  * local [lrows, lcols] (the replicas checksum a share each). */
 int gj_ckptshare_crc(gj_grid *g, const gj_tensor *t, const float *local, uint32_t *out);
 
+/* Collective over the TP group: the CRC of the global tensor from this rank's CRCs of its whole
+ * slice, computed by the caller: slice [gj_ckptshare_slice_units(g, t) * tp parts], this rank's
+ * at gj_ckptshare_slice_at (one CRC of the slice's bytes, or, when the global rows interleave
+ * the TP slices, one per row of the slice); the rest is filled here. */
+int gj_ckptshare_slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uint32_t *out);
+/* The CRCs of a slice that gj_ckptshare_slices_crc takes from each TP part (1, or t->lrows),
+ * the parts (1 for a replicated tensor, else the TP size), and where this rank's go. */
+int64_t gj_ckptshare_slice_units(const gj_grid *g, const gj_tensor *t);
+int gj_ckptshare_slice_parts(const gj_grid *g, const gj_tensor *t);
+int64_t gj_ckptshare_slice_at(const gj_grid *g, const gj_tensor *t);
+
 /* ZeRO-1 (st->zero): elements [*lo, *hi) of t's local slice whose moments DP rank r holds
  * (lo = hi = 0 when none). */
 void gj_ckptshare_owned(const gj_state *st, const gj_tensor *t, int r, int64_t *lo, int64_t *hi);

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "io/ckptshare.h"
+#include "io/crc32.h"
 #include "io/h5util.h"
 
 /* Start the disk on the rows just written (a contiguous dataset), so that the final fsync
@@ -211,4 +212,88 @@ int gj_ckpttensor_load(hid_t f, const char *fname, const char *path, gj_grid *g,
   if (!rc && bad != SIZE_MAX)
     rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, local[bad], bad);
   return gj_agree(g->world, rc);
+}
+
+/* A block of rows of a slice read: its CRCs (running over the slice, or one per row when the
+ * global rows interleave the TP slices), the first non-finite value. */
+typedef struct {
+  uint32_t crc, *rows; /* rows: this rank's per-row CRCs, or NULL */
+  size_t bad;          /* element index of the first non-finite value, or SIZE_MAX */
+  float bad_v;
+} rows_check;
+
+static void check_rows(rows_check *k, const gj_tensor *t, int64_t r0, int64_t nr, const float *v) {
+  size_t n = (size_t)nr * t->lcols, seg = (size_t)t->lcols * sizeof(float), bad = SIZE_MAX;
+  if (k->rows) {
+#pragma omp parallel for schedule(static) if (nr > 64)
+    for (int64_t i = 0; i < nr; i++) k->rows[r0 + i] = gj_crc32(0, v + i * t->lcols, seg);
+  } else {
+    k->crc = gj_crc32(k->crc, v, n * sizeof(float));
+  }
+#pragma omp parallel for reduction(min : bad) schedule(static)
+  for (size_t e = 0; e < n; e++)
+    if (!isfinite(v[e]) && e < bad) bad = e;
+  if (bad != SIZE_MAX && k->bad == SIZE_MAX) k->bad = (size_t)r0 * t->lcols + bad, k->bad_v = v[bad];
+}
+
+/* Every block of this rank's slice through the sink, checked; the stored CRC into *want. */
+static int read_blocks(hid_t f, const char *fname, const char *path, const gj_tensor *t, float *buf,
+                       size_t buf_floats, const gj_ckpttensor_sink *sink, rows_check *k, uint32_t *want) {
+  GJ_TRY(gj_h5_plain_dataset(f, fname, path)); /* before anything follows a link */
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  int r = d >= 0 ? gj_ckpttensor_read_crc(d, want) : -1;
+  if (d >= 0) H5Dclose(d);
+  int64_t rows = GJ_MAX((int64_t)1, (int64_t)(buf_floats / (size_t)t->lcols));
+  for (int64_t r0 = 0; r0 < t->lrows; r0 += rows) {
+    int64_t nr = GJ_MIN(rows, t->lrows - r0);
+    /* the read names a missing or misshapen dataset; the CRC check comes after */
+    GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + r0, t->col0,
+                                nr, t->lcols, buf));
+    check_rows(k, t, r0, nr, buf);
+    GJ_TRY(sink->rows(sink->ctx, t, r0, nr, buf));
+    /* after the first block's read, as gj_ckpttensor_load reports it */
+    if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
+  }
+  return 0;
+}
+
+int gj_ckpttensor_load_rows(hid_t f, const char *fname, const char *path, gj_grid *g,
+                            const gj_tensor *t, float *buf, size_t buf_floats,
+                            const gj_ckpttensor_sink *sink) {
+  uint32_t want = 0, got = 0;
+  int64_t units = gj_ckptshare_slice_units(g, t);
+  uint32_t *slice = calloc((size_t)units * gj_ckptshare_slice_parts(g, t), sizeof(uint32_t));
+  uint32_t *own = slice ? slice + gj_ckptshare_slice_at(g, t) : NULL;
+  rows_check k = {0, units > 1 ? own : NULL, SIZE_MAX, 0.0f};
+  int rc = slice ? 0 : GJ_FAIL("out of memory");
+  if (!rc && gj_stop_signal()) /* a stop request ends a long load early */
+    rc = (GJ_FAIL("stopped by %s while loading %s", gj_signal_name(gj_stop_signal()), fname), GJ_STOPPED);
+  if (!rc && buf_floats < (size_t)t->lcols) rc = GJ_FAIL("internal: a block of %zu floats", buf_floats);
+  if (!rc) rc = read_blocks(f, fname, path, t, buf, buf_floats, sink, &k, &want);
+  if (!rc && units == 1) own[0] = k.crc;
+  rc = gj_agree(g->world, rc);
+  if (!rc) rc = gj_ckptshare_slices_crc(g, t, slice, &got);
+  if (!rc && got != want) rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", fname, path, got, want);
+  /* a checkpoint of a run that diverged (or was edited) trains and evaluates to NaN */
+  if (!rc && k.bad != SIZE_MAX)
+    rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, k.bad_v, k.bad);
+  free(slice);
+  return gj_agree(g->world, rc);
+}
+
+static int round_rows(void *ctx, const gj_tensor *t, int64_t r0, int64_t nr, const float *v) {
+  gj_bf16_round((gj_bf16 *)ctx + (size_t)r0 * t->lcols, v, (size_t)nr * t->lcols);
+  return 0;
+}
+
+int gj_ckpttensor_load_bf16(hid_t f, const char *fname, const char *path, gj_grid *g,
+                            const gj_tensor *t, gj_bf16 *dst) {
+  /* blocks of 4 Mi floats (16 MB), or one row if longer */
+  size_t n = GJ_MAX((size_t)1 << 22, (size_t)t->lcols);
+  float *buf = malloc(n * sizeof(float));
+  int rc = gj_agree(g->world, buf ? 0 : GJ_FAIL("out of memory: %zu bytes", n * sizeof(float)));
+  gj_ckpttensor_sink sink = {round_rows, dst};
+  if (!rc) rc = gj_ckpttensor_load_rows(f, fname, path, g, t, buf, n, &sink);
+  free(buf);
+  return rc;
 }

@@ -31,6 +31,25 @@ int gj_ckpttensor_write_owned(hid_t f, int fd, const char *path, gj_state *st, g
  * fname and the dataset on every rank). */
 int gj_ckpttensor_load(hid_t f, const char *fname, const char *path, gj_grid *g, const gj_tensor *t,
                        float *local);
+/* Where gj_ckpttensor_load_rows puts a tensor: rows [r0, r0 + nr) of this rank's slice (nr x
+ * t->lcols floats), in order, as they are read. Nonzero: an error (recorded). */
+typedef struct {
+  int (*rows)(void *ctx, const gj_tensor *t, int64_t r0, int64_t nr, const float *v);
+  void *ctx;
+} gj_ckpttensor_sink;
+
+/* Collective, agreed, with the checks and messages of gj_ckpttensor_load, without holding the
+ * slice: every rank reads its whole slice itself in blocks of rows of at most buf_floats (buf;
+ * at least one row), passes each block to the sink, and checks the CRC of the global tensor
+ * from the blocks' CRCs, and that every value is finite, once all are read. */
+int gj_ckpttensor_load_rows(hid_t f, const char *fname, const char *path, gj_grid *g,
+                            const gj_tensor *t, float *buf, size_t buf_floats,
+                            const gj_ckpttensor_sink *sink);
+/* gj_ckpttensor_load_rows into dst [lrows, lcols], each value rounded to bfloat16 (as the bf16
+ * GEMMs round their operands): a bf16-resident state's tensor, never in float32 whole. */
+int gj_ckpttensor_load_bf16(hid_t f, const char *fname, const char *path, gj_grid *g,
+                            const gj_tensor *t, gj_bf16 *dst);
+
 /* Ask the kernel to start reading this rank's share (contiguous datasets), so that the disk
  * works while the previous tensor is exchanged and checked. Reports nothing: the load does. */
 void gj_ckpttensor_prefetch(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t);

@@ -13,14 +13,20 @@
 #define HEAD16(set, i, n) ((set) && (set)[i] ? (set)[i] + ((size_t)(b * Hl + h) * (n)) * Hd : NULL)
 #define AT(p, off) ((p) ? (p) + (off) : NULL)
 
-void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, int64_t Hl,
-                          int64_t Hd, int64_t ld) {
+void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
+                             int64_t T, int64_t Hl, int64_t Hd, int64_t ld) {
+  assert(t0 >= 0 && t0 + T <= Tc);
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     int64_t b = bt / T, t = bt % T;
     for (int64_t h = 0; h < Hl; h++)
-      gj_bf16_round(dst + ((b * Hl + h) * T + t) * Hd, src + bt * ld + h * Hd, (size_t)Hd);
+      gj_bf16_round(dst + ((b * Hl + h) * Tc + t0 + t) * Hd, src + bt * ld + h * Hd, (size_t)Hd);
   }
+}
+
+void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, int64_t Hl,
+                          int64_t Hd, int64_t ld) {
+  gj_attention_heads16_at(dst, T, 0, src, B, T, Hl, Hd, ld);
 }
 
 size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
@@ -28,18 +34,18 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
 }
 
 void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          const gj_bf16 *const qkv16[3], float *scratch, int64_t B, int64_t Tq,
-                          int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo, int64_t ldq,
-                          int64_t qbs, int64_t ldk, int64_t kbs) {
+                          const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
+                          int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
+                          int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
   const float scale = 1.0f / sqrtf((float)Hd);
   const int64_t pos0 = Tk - Tq;
-  assert(pos0 >= 0);
+  assert(pos0 >= 0 && Tkc >= Tk);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
     int64_t b = bh / Hl, h = bh % Hl;
     float *S = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * Tk;
     const float *Q = q + b * qbs + h * Hd, *K = k + b * kbs + h * Hd, *Vv = v + b * kbs + h * Hd;
-    const gj_bf16 *Q16 = HEAD16(qkv16, 0, Tq), *K16 = HEAD16(qkv16, 1, Tk), *V16 = HEAD16(qkv16, 2, Tk);
+    const gj_bf16 *Q16 = HEAD16(qkv16, 0, Tq), *K16 = HEAD16(qkv16, 1, Tkc), *V16 = HEAD16(qkv16, 2, Tkc);
     /* the stride of what the GEMM door reads: the bf16 copy when there is one */
     const int64_t lq = Q16 ? Hd : ldq, lk = K16 ? Hd : ldk, lv = V16 ? Hd : ldk;
     float *O = out + b * Tq * ldo + h * Hd;

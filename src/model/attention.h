@@ -17,17 +17,22 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk);
  * out [B, Tq, Hl*Hd] (row stride ldo, batch stride Tq*ldo);
  * lse [B, Hl, Tq] (NULL allowed);
  * q [B, Tq rows, stride ldq; batch stride qbs]; k, v [B, Tk rows, stride ldk; batch stride kbs];
- * qkv16: NULL, or bfloat16 copies of q, k, v for bf16 precision, head-major [B, Hl, Tq or Tk,
- * Hd] (gj_attention_heads16), so that the tiles' products neither round them again nor read
- * strided rows (any of the three may be NULL);
+ * qkv16: NULL, or bfloat16 copies of q, k, v for bf16 precision, head-major [B, Hl, Tq, Hd]
+ * for q and [B, Hl, Tkc, Hd] for k and v, Tkc >= Tk (Tk for copies of these keys alone, a KV
+ * cache's capacity for a cache; gj_attention_heads16), so that the tiles' products neither
+ * round them again nor read strided rows (any of the three may be NULL; k or v is then not
+ * read where its copy is given);
  * scratch: gj_attention_scratch_floats() floats. */
 void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          const gj_bf16 *const qkv16[3], float *scratch, int64_t B, int64_t Tq,
-                          int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo, int64_t ldq,
-                          int64_t qbs, int64_t ldk, int64_t kbs);
+                          const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
+                          int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
+                          int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs);
 /* dst [B, Hl, T, Hd] = src [B, T, ld] (head h at columns h*Hd) rounded to bfloat16. */
 void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, int64_t Hl,
                           int64_t Hd, int64_t ld);
+/* The same into rows t0 .. t0+T-1 of dst [B, Hl, Tc, Hd] (a KV cache of Tc positions). */
+void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
+                             int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
 /* Backward for Tq = Tk = T, all row strides ld, batch strides T*ld.
  * dq, dk, dv [B*T, ld] (written, not accumulated); dout, out [B*T, ld]; lse [B, Hl, T];
  * qkvd16: NULL, or head-major bfloat16 copies of q, k, v and dout (as for the forward). */

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 
 #include "common.h"
-#include "model/embedding.h"
 #include "model/layernorm.h"
 #include "model/linear.h"
 
@@ -40,13 +39,14 @@ int gj_generate_greedy_recompute(gj_model *m, int32_t *ids, int64_t n_prompt, in
 
 /* One incremental forward with the KV cache of a single sequence: tokens ids[0..n) at
  * positions pos0.. are appended; the cache is layer l's slot of the saved k and v activations
- * (rows 0..pos0+n). Leaves the logits of the LAST new token in row 0 of m->a.logits. */
+ * (rows 0..pos0+n), or, for a decode network in bf16, layer l's bfloat16 cache (a->kv16).
+ * Leaves the logits of the LAST new token in row 0 of m->a.logits. */
 int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t pos0) {
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const int64_t D = c->n_embd, Dl = m->Dl, NC = m->Bmax * m->Tmax, Tk = pos0 + n;
   /* the cache is the k, v slots of every layer: a model that keeps them per layer */
-  if (m->recompute == GJ_RECOMPUTE || m->training)
+  if (m->recompute == GJ_RECOMPUTE || m->recompute == GJ_FORWARD || m->training)
     return GJ_FAIL("internal: the KV cache needs a model without recomputation, not a training model");
   gj_model_sync_w16(m);
   if (Tk > m->Tmax || n > NC)
@@ -54,10 +54,13 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
   /* resid slot 0 is x, updated in place; the layer-0 slots of h/q/att/pre are scratch */
   gj_block_bufs b = {.x = a->resid, .xo = a->resid, .h = a->h, .mean = a->ln_mean,
                      .rstd = a->ln_rstd, .q = a->q, .att = a->att, .pre = a->pre};
-  gj_embedding_forward(b.x, ids, m->P.wte, n, D, m->v0, m->Vl);
+  gj_model_embed(m, b.x, ids, n);
   GJ_TRY(gj_tp_reduce_from_region(m->g, b.x, n * D));
   for (int64_t l = 0; l < c->n_layer; l++) {
-    b.k = a->k + l * NC * Dl, b.v = a->v + l * NC * Dl;
+    if (a->kv16) /* the new rows in the k, v slot, the cache in bf16 (and q's copy) */
+      b.k = a->k, b.v = a->v, b.kv16 = a->kv16 + l * 2 * NC * Dl, b.qkv16 = a->qkv16;
+    else
+      b.k = a->k + l * NC * Dl, b.v = a->v + l * NC * Dl;
     GJ_TRY(gj_model_block_forward(m, l, &b, 1, n, pos0));
   }
   const float *last = b.x + (n - 1) * D;

@@ -36,7 +36,7 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 34
+#define GJ_ACT_ITEMS 35
 typedef struct { float **p; size_t n; } act_item;
 
 /* Saturating size arithmetic for the activation sizes: a product that overflows becomes
@@ -67,24 +67,29 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * activations live in one slot, recomputed during backward. */
   size_t Ls = recompute ? 1 : L;
   /* decode (GJ_DECODE): forward through the KV cache only: k and v per layer, one slot of the
-   * rest, the residual stream in place, the logits of one row, no gradient buffers */
-  int dec = recompute == GJ_DECODE;
+   * rest, the residual stream in place, the logits of one row, no gradient buffers; forward
+   * only (GJ_FORWARD): the same without the cache, the logits of one block of rows */
+  int dec = recompute == GJ_DECODE, fwd = recompute == GJ_FORWARD, nograd = dec || fwd;
   size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
   size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)(c->vocab_size / tp);
   /* a training model keeps the logits of one block of rows of the vocabulary head only */
-  size_t Nlg = dec ? 1 : training ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
+  size_t Nlg = dec ? 1 : training || fwd ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
   /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
-  /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv) */
-  int lean = bf && training;
-  size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec ? L : Lq;
-  size_t ND = smul(N, D), NDl = smul(N, Dl), gD = dec ? 0 : ND, gDl = dec ? 0 : NDl;
+  /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv); bf16 decode: the
+   * KV cache in bfloat16 only, the float k, v one layer's new rows */
+  int lean = bf && training, kv16 = bf && dec;
+  size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
+  size_t ND = smul(N, D), NDl = smul(N, Dl), gD = nograd ? 0 : ND, gDl = nograd ? 0 : NDl;
+  /* head-major bf16 copies: q, k, v per kept slot and d att; q, k, v forward only; q alone
+   * beside a bf16 KV cache */
+  size_t q16 = kv16 ? NDl : fwd ? smul(3, NDl) : smul(3 * Lq16 + 1, NDl);
   /* rotary tables for the positions a forward can reach: [Tmax, R/2] */
   size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
   act_item items[GJ_ACT_ITEMS] = {
-      {&a->resid, smul(dec ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
+      {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
       {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
       {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Ls, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
@@ -94,9 +99,10 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
-      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf ? shalf(ND) : 0},
-      {(float **)&a->g16, bf ? shalf(g16) : 0},
-      {(float **)&a->qkv16, bf ? sadd(smul(3 * Lq16 + 1, NDl) / 2, 1) : 0},
+      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
+      {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0},
+      {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
+      {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
   };
   memcpy(fl, items, sizeof items);
 }
@@ -209,6 +215,14 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   return 0;
 }
 
+void gj_model_embed(gj_model *m, float *out, const int32_t *ids, int64_t n) {
+  const int64_t D = m->c.n_embd;
+  if (m->st->w16) /* bf16-resident: the table is held in bfloat16 only */
+    gj_embedding_forward16(out, ids, m->st->w16 + m->lay->t[GJ_LAYOUT_WTE].offset, n, D, m->v0, m->Vl);
+  else
+    gj_embedding_forward(out, ids, m->P.wte, n, D, m->v0, m->Vl);
+}
+
 void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL && !m->st->w16; }
 
 void gj_model_sync_w16(gj_model *m) {
@@ -240,12 +254,13 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   const int64_t NC = m->Bmax * m->Tmax, D = m->c.n_embd, Dl = m->Dl, s = m->recompute ? 0 : l;
   const int64_t sq = lean_qkv(m) ? 0 : s, s16 = lean_qkv(m) ? s : 0;
   const int64_t n16 = lean_qkv(m) ? (m->recompute ? 1 : m->c.n_layer) : 1;
-  gj_block_bufs b = {a->resid + l * NC * D, a->resid + (l + 1) * NC * D, a->h + s * NC * D,
-                     a->ln_mean + s * NC, a->ln_rstd + s * NC, a->q + sq * NC * Dl,
-                     a->k + sq * NC * Dl, a->v + sq * NC * Dl, a->att + s * NC * Dl,
-                     a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
+  const int fwd = m->recompute == GJ_FORWARD; /* the residual stream in place, no backward */
+  gj_block_bufs b = {a->resid + (fwd ? 0 : l) * NC * D, a->resid + (fwd ? 0 : l + 1) * NC * D,
+                     a->h + s * NC * D, a->ln_mean + s * NC, a->ln_rstd + s * NC,
+                     a->q + sq * NC * Dl, a->k + sq * NC * Dl, a->v + sq * NC * Dl,
+                     a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
                      a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
-                     a->qkv16 ? a->qkv16 + n16 * 3 * NC * Dl : NULL};
+                     a->qkv16 && !fwd ? a->qkv16 + n16 * 3 * NC * Dl : NULL, NULL};
   return b;
 }
 
@@ -262,9 +277,11 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   const gj_block_ptrs *p = &m->P.h[l];
   const int64_t N = B * T, D = c->n_embd, Dl = m->Dl, Fl = m->Fl, Hl = m->Hl;
   const int64_t Hd = gj_config_head_dim(c), R = c->rotary_dim, Tk = pos0 + T;
-  /* the head-major copies cover the new rows only, so they need every key to be new */
-  assert(pos0 == 0 || (B == 1 && !b->qkv16));
-  float *kn = b->k + pos0 * Dl, *vn = b->v + pos0 * Dl; /* [N, Dl] the new rows */
+  /* the head-major copies of q, k, v cover the new rows only, so they need every key to be
+   * new; a bf16 KV cache holds the earlier ones */
+  assert(pos0 == 0 || (B == 1 && (!b->qkv16 || b->kv16)));
+  /* [N, Dl] the new rows: after the earlier ones in a float cache */
+  float *kn = b->kv16 ? b->k : b->k + pos0 * Dl, *vn = b->kv16 ? b->v : b->v + pos0 * Dl;
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
                                            (float)c->layer_norm_epsilon);
         round16(a->h16, b->h, N * D));
@@ -274,15 +291,25 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
         gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
   const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
-  if (b->qkv16) {
+  int64_t Tkc = Tk; /* rows per head of the k, v copies */
+  if (b->kv16) { /* q's copy; the new keys and values rounded into the cache at pos0 */
+    const int64_t Tc = m->Tmax;
+    gj_bf16 *kc = b->kv16, *vc = b->kv16 + Hl * Tc * Hd;
+    TIMED(GJ_PROF_ELEM, gj_attention_heads16(b->qkv16, b->q, 1, T, Hl, Hd, Dl);
+          gj_attention_heads16_at(kc, Tc, pos0, kn, 1, T, Hl, Hd, Dl);
+          gj_attention_heads16_at(vc, Tc, pos0, vn, 1, T, Hl, Hd, Dl));
+    qkv16[0] = b->qkv16, qkv16[1] = kc, qkv16[2] = vc, Tkc = Tc;
+  } else if (b->qkv16) {
     const float *src[3] = {b->q, b->k, b->v};
     const int64_t NC = m->Bmax * m->Tmax;
     for (int j = 0; j < 3; j++)
       TIMED(GJ_PROF_ELEM, gj_attention_heads16(b->qkv16 + j * NC * Dl, src[j], B, T, Hl, Hd, Dl);
             qkv16[j] = b->qkv16 + j * NC * Dl);
   }
-  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, a->attn_scratch,
-                                           B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl, Tk * Dl));
+  /* with a bf16 cache the float k, v (the new rows only) are not read: their copies are */
+  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, Tkc,
+                                           a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
+                                           Tk * Dl));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
                                         p->fc_in_b, N, D, Fl, 0));
 }
@@ -319,21 +346,21 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
     return GJ_FAIL("internal: batch [%lld, %lld] exceeds the arena's [%lld, %lld]", (long long)B,
                    (long long)T, (long long)m->Bmax, (long long)m->Tmax);
   m->B = B, m->T = T;
-  const int64_t N = B * T, D = c->n_embd, Vl = m->Vl;
+  const int64_t N = B * T, D = c->n_embd;
   const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
   gj_model_sync_w16(m);
   memcpy(a->ids, ids, N * sizeof(int32_t));
   memcpy(a->targets, targets, N * sizeof(int32_t));
 
-  TIMED(GJ_PROF_VOCAB, gj_embedding_forward(a->resid, ids, m->P.wte, N, D, m->v0, Vl));
+  TIMED(GJ_PROF_VOCAB, gj_model_embed(m, a->resid, ids, N));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->resid, N * D)));
   for (int64_t l = 0; l < c->n_layer; l++) {
     gj_block_bufs lb = layer_at(m, l);
     GJ_TRY(gj_model_block_forward(m, l, &lb, B, T, 0));
   }
 
-  float *xL = a->resid + c->n_layer * NC * D;
+  float *xL = a->resid + (m->recompute == GJ_FORWARD ? 0 : c->n_layer) * NC * D;
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w,
                                            m->P.lnf_b, N, D, eps));
   return 0;
@@ -372,7 +399,7 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
   m->head_done = 0;
-  if (m->training) { /* blocks of rows; the logits are not kept */
+  if (m->training || m->recompute == GJ_FORWARD) { /* blocks of rows; the logits are not kept */
     for (int64_t r0 = 0; r0 < N; r0 += GJ_HEAD_ROWS)
       GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(GJ_HEAD_ROWS, N - r0), zloss, 0.0f, loss_sum, n_valid));
     return 0;
@@ -383,7 +410,8 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
 int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                               int64_t T, float zloss, float scale, const gj_grad_hook *hook,
                               double *loss_sum, int64_t *n_valid) {
-  if (!m->grads) return GJ_FAIL("internal: backward on a network whose state has no gradients");
+  if (!m->grads || m->recompute == GJ_FORWARD)
+    return GJ_FAIL("internal: backward on a network whose state has no gradients, or a forward-only one");
   GJ_TRY(forward_body(m, ids, targets, B, T));
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
@@ -457,8 +485,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
 }
 
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
-  if (!m->grads || m->recompute == GJ_DECODE)
-    return GJ_FAIL("internal: backward on a network whose state has no gradients, or a decode network");
+  if (!m->grads || m->recompute == GJ_DECODE || m->recompute == GJ_FORWARD)
+    return GJ_FAIL("internal: backward on a network whose state has no gradients, or a forward-only one");
   const gj_config *c = &m->c;
   gj_acts *a = &m->a;
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;

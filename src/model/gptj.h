@@ -41,11 +41,17 @@ typedef struct {
   gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output */
   gj_bf16 *dx16;            /* [N, D] the current layer's output gradient */
   gj_bf16 *g16;             /* d act [N, Fl], d q/k/v [N, Dl] or a block of d logits */
-  gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward) */
+  gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward);
+                             * [3, N, Dl] forward-only; [N, Dl] q alone when decoding */
+  gj_bf16 *kv16;            /* decode in bf16: the KV cache [L, 2, Hl, Tmax, Hd] (each layer's
+                             * keys, then values, head-major), the only copy of it: k and v
+                             * then hold one layer's new rows [N, Dl] */
 } gj_acts;
 
-/* What a network keeps of its activations (gj_model_create's recompute). */
-enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2 };
+/* What a network keeps of its activations (gj_model_create's recompute). GJ_FORWARD: forward
+ * only (eval): the residual stream in place, one slot of the rest, no gradient buffers, the
+ * vocabulary head in blocks of GJ_HEAD_ROWS rows (gj_model_forward returns the loss only). */
+enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
 
 /* Rows per block of the vocabulary head in training: the logits of one block are all that is
  * stored of them. */
@@ -92,10 +98,12 @@ typedef struct {
  * allocates and touches the activation arena. recompute = GJ_RECOMPUTE: activation
  * recomputation per layer (also what a forward-only network needs); GJ_DECODE: the KV-cache
  * path only (gj_model_forward_cached; k and v per layer, one slot of the rest, no gradient
- * buffers); GJ_KEEP_ALL (0) keeps every layer's activations (the KV cache works too). training = 1: the
+ * buffers; in bf16 the cache is bfloat16); GJ_FORWARD: gj_model_forward only, for the loss (eval);
+ * GJ_KEEP_ALL (0) keeps every layer's activations (the KV cache works too). training = 1: the
  * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
  * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then
- * returns the loss only); training = 0 keeps the whole logits (eval, generate, tests). */
+ * returns the loss only); training = 0 keeps the whole logits (but GJ_FORWARD's blocks, and
+ * decoding's last row). */
 int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t Tmax,
                     int recompute, int training);
 void gj_model_free(gj_model *m);
@@ -137,17 +145,25 @@ typedef struct {
   float *att;         /* [N, Dl] attention output before out_proj */
   float *lse;         /* [B, Hl, T] attention log-sum-exp (NULL: not kept) */
   float *pre;         /* [N, Fl] fc_in output (gelu of it goes to the dact work buffer) */
-  gj_bf16 *qkv16;     /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL: none; pos0 = 0) */
+  gj_bf16 *qkv16;     /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL: none; pos0 = 0),
+                       * or with kv16 [NC, Dl] the copy of q */
   gj_bf16 *datt16;    /* bf16: [NC, Dl] head-major copy of d att (backward only) */
+  gj_bf16 *kv16;      /* bf16 decode: the layer's KV cache [2, Hl, Tmax, Hd], the keys and values
+                       * of positions < pos0 + T, the new ones rounded in (NULL: none; k and v
+                       * then hold the new rows only, [N, Dl]) */
 } gj_block_bufs;
 
 /* GPT-J block l, x + attn(ln_1(x)) + mlp(ln_1(x)) into b->xo, with ONE TP all-reduce of the two
  * branches' partial sums, for T new tokens per sequence at positions pos0.. (pos0 > 0: one
- * sequence, B = 1, whose earlier keys and values are in b->k, b->v: the KV-cache decode). The
- * training forward, its recomputation in backward and the decode all run this block; a->y
- * and a->dact are its work buffers, a->h16 its bf16 ln_1 copy. */
+ * sequence, B = 1, whose earlier keys and values are in b->k, b->v, or in b->kv16: the KV-cache
+ * decode). The training forward, its recomputation in backward and the decode all run this
+ * block; a->y and a->dact are its work buffers, a->h16 its bf16 ln_1 copy. */
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
                            int64_t pos0);
+
+/* out [n, D] = this rank's embedding rows of ids [n] (zero outside its vocab shard): from the
+ * float32 table, or the bfloat16 one of a bf16-resident state. */
+void gj_model_embed(gj_model *m, float *out, const int32_t *ids, int64_t n);
 
 /* The parameters changed (optimizer step, load): bf16 weight copies are refreshed before the
  * next forward. Cheap; a no-op in float32. */

@@ -170,3 +170,5 @@ void gj_params_init(const gj_layout *l, const gj_config *c, float *base, uint64_
 int gj_tensor_has_w16(const gj_tensor *t) {
   return t->ndim == 2 && strcmp(t->name, "transformer.wte.weight") != 0;
 }
+
+int gj_tensor_resident16(const gj_tensor *t) { return t->ndim == 2; }

@@ -101,6 +101,9 @@ void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs
 /* The tensors that bf16 precision multiplies from bfloat16 copies: the GEMM weights, every
  * 2-D tensor but the embedding (a lookup table). */
 int gj_tensor_has_w16(const gj_tensor *t);
+/* The tensors a bf16-resident state (inference in bf16, gj_state_create_weights16) holds in
+ * bfloat16 only: the GEMM weights and the embedding (its lookup widens the rows it reads). */
+int gj_tensor_resident16(const gj_tensor *t);
 
 /* Initialise a block as GPT-J was trained (DESIGN.md §9); each element depends only on
  * (seed, tensor name, global index). */

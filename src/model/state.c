@@ -70,7 +70,7 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
   *bytes = 0;
   for (int i = 0; i < l.n; i++)
-    *bytes += l.t[i].numel * (gj_tensor_has_w16(&l.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+    *bytes += l.t[i].numel * (gj_tensor_resident16(&l.t[i]) ? sizeof(gj_bf16) : sizeof(float));
   gj_layout_free(&l);
   return 0;
 }
@@ -91,7 +91,7 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
   }
   s->params = s->arena;
   for (int i = 0; i < s->lay.n; i++)
-    s->bytes += s->lay.t[i].numel * (gj_tensor_has_w16(&s->lay.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+    s->bytes += s->lay.t[i].numel * (gj_tensor_resident16(&s->lay.t[i]) ? sizeof(gj_bf16) : sizeof(float));
   return 0;
 }
 

@@ -26,8 +26,8 @@ typedef struct {
   size_t numel_pad, lo, n;
   int zero;               /* ZeRO-1: the moments are this DP rank's share */
   size_t bytes;           /* of the arena (resident bytes for a bf16-resident state) */
-  /* bf16-resident weights (inference in bf16): the GEMM weights in bfloat16 only, at the
-   * table's offsets; NULL otherwise */
+  /* bf16-resident weights (inference in bf16): the GEMM weights and the embedding in bfloat16
+   * only, at the table's offsets; NULL otherwise */
   gj_bf16 *w16;
   size_t w16_bytes;       /* the mapping's size */
   size_t arena_map;       /* the float block's mapping size (0: gj_arena_alloc'ed) */
@@ -42,11 +42,11 @@ void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P);
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero);
 /* The parameters alone, for inference (eval, generate): grads, m and v are NULL, n = 0. */
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g);
-/* The same with the GEMM weights (gj_tensor_has_w16) in bfloat16 only, in s->w16: about 2
- * bytes a parameter. The float32 block keeps the table's offsets for the other tensors
- * (LayerNorms, biases, the embedding); its pages under GEMM weights are address space only,
- * never written, so never resident. The caller fills both (the GEMM weights rounded into
- * w16). bytes counts what becomes resident. */
+/* The same with the GEMM weights and the embedding (gj_tensor_resident16) in bfloat16 only,
+ * in s->w16: about 2 bytes a parameter. The float32 block keeps the table's offsets for the
+ * other tensors (LayerNorms, biases); its pages under the bf16 tensors are address space only,
+ * never written, so never resident (and never read). The caller fills both (the bf16 tensors
+ * rounded into w16). bytes counts what becomes resident. */
 int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g);
 /* Resident bytes of a bf16-resident state for (c, tp): the float32 tensors and the bf16
  * copies. */
