@@ -5,12 +5,13 @@
 # MB/s of input, peak RSS per rank, whether the two outputs are byte-identical); then trains
 # --steps steps from it and from a small dataset (the Brown validation text), the same run
 # otherwise (step time and peak RSS side by side).
-#   scripts/bench-data.sh [--size GB] [--dir D] [--steps 20] [--preset tiny] [--seq-len 256]
+#   scripts/bench-data.sh [--size GB] [--dir D] [--steps 20] [--preset tiny] [--seq-len N]
 #                         [--micro-batch 8] [--gptj PATH] [--keep]
 # Needs about 2.1 x --size GB free in --dir (the text, one token dataset, tokenize's spool);
-# everything it writes is removed at the end unless --keep. Prints a Markdown table.
+# everything it writes is removed at the end unless --keep. --seq-len defaults to the preset's
+# n_positions. Prints a Markdown table.
 set -euo pipefail
-size=4 dir=${TMPDIR:-/tmp}/gptj-bench-data steps=20 preset=tiny seq=256 mb=8 gptj= keep=0
+size=4 dir=${TMPDIR:-/tmp}/gptj-bench-data steps=20 preset=tiny seq= mb=8 gptj= keep=0
 while [ $# -gt 0 ]; do
   case $1 in
     --size) size=$2; shift 2 ;;
@@ -21,13 +22,14 @@ while [ $# -gt 0 ]; do
     --micro-batch) mb=$2; shift 2 ;;
     --gptj) gptj=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-data.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $size =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$(echo "$size > 0" | bc)" = 1 ] ||
   { echo "bench-data.sh: error: --size must be a positive number of GB, got '$size'" >&2; exit 2; }
-for v in steps seq mb; do
+[ -z "$seq" ] || [[ $seq =~ ^[1-9][0-9]*$ ]] || { echo "bench-data.sh: error: --seq-len must be a positive integer" >&2; exit 2; }
+for v in steps mb; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-data.sh: error: --${v/mb/micro-batch} must be a positive integer" >&2; exit 2; }
 done
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -98,7 +100,7 @@ ntok=$("$gptj" info "$dir/big.h5" | awk '/^tokens:/ {print $2}')
 train() { # data name
   rm -rf "$dir/run-$2"
   OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$dir/rss-$2" "$gptj" train --data "$1" --preset "$preset" \
-    --seq-len "$seq" --micro-batch "$mb" --steps "$steps" --warmup 2 --save-every 0 --run-dir "$dir/run-$2" \
+    ${seq:+--seq-len "$seq"} --micro-batch "$mb" --steps "$steps" --warmup 2 --save-every 0 --run-dir "$dir/run-$2" \
     >"$dir/train-$2.log" 2>&1 || { tail -n 5 "$dir/train-$2.log" >&2; echo "bench-data.sh: error: training from $1 failed" >&2; exit 1; }
   # median step time over the steps after the first (metrics.jsonl: step_s)
   /usr/bin/python3 -c 'import json,sys,statistics as s; t=[json.loads(l)["step_s"] for l in open(sys.argv[1]) if "step_s" in l]; print("%.4f" % s.median(t[1:] or t))' \
@@ -125,7 +127,7 @@ corpus: $(printf "%.2f" "$(echo "$bytes / 1000000000" | bc -l)") GB of JSONL, $n
 
 2 ranks / (2 x 1 rank) = $eff; outputs $same.
 
-| train ($preset, seq $seq, micro-batch $mb, $steps steps, 2 threads) | tokens in dataset | median step (s) | peak RSS (MB) |
+| train ($preset, seq ${seq:-n_positions}, micro-batch $mb, $steps steps, 2 threads) | tokens in dataset | median step (s) | peak RSS (MB) |
 | --- | --- | --- | --- |
 | small dataset (Brown validation) | $small_tok | $st_small | $(( rss_small / 1024 )) |
 | $size GB corpus | $ntok | $st_big | $(( rss_big / 1024 )) |
