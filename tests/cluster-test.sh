@@ -13,7 +13,12 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 lc=$top/tests/cluster/local-cluster
 work=$build/tests/out/cluster
 export GJ_CLUSTER_DIR=${GJ_CLUSTER_DIR:-/tmp/gj-cluster}
-LOST_BOUND=60   # seconds from a node's loss to the end of its job (SlurmdTimeout 10 s + kill)
+# Seconds from the loss of the batch host to the end of its job. Measured 41-45 s: SlurmdTimeout
+# (10 s) and a ping cycle until the node is DOWN (about 15 s), then about 25 s of COMPLETING while
+# the surviving node's step reports its end toward the dead batch host, times out (MessageTimeout
+# 5 s, retried) and falls back to slurmctld; KillWait 5 s. A lost node that is not the batch host
+# ends its job in 23-25 s.
+LOST_BOUND=90
 pass=0 fail=0
 ok() { echo "PASS: cluster: $* [$((SECONDS - t_start)) s]"; pass=$((pass + 1)); }
 bad() { echo "FAIL: cluster: $*"; fail=$((fail + 1)); }
@@ -179,20 +184,23 @@ for c in "$j21 $s21 $work/a 2 1 2->1" "$j12 $s12 $work/r 1 2 1->2"; do
   fi
 done
 
-# 5. a node lost mid-training: gjc-n2's link goes down and its processes die (slurmd, steps,
-#    ranks). The job ends (NODE_FAIL) within LOST_BOUND s, the last checkpoint is intact, and
-#    the next job on the remaining node resumes from it (DP 2 x TP 2 -> DP 1 x TP 2).
+# 5. a node lost mid-training: gjc-n1, the job's batch host and rank 0's node, loses its link
+#    and its processes die (slurmd, batch shell, steps, ranks). The job ends (NODE_FAIL) within
+#    LOST_BOUND s, the last checkpoint is intact, and the next job on the remaining node gjc-n2
+#    resumes from it (DP 2 x TP 2 -> DP 1 x TP 2). The dead rank 0's run-directory lock names
+#    another host, so the next job is told it may take a lock untouched for 15 s
+#    (GJ_LOCK_STALE_S; by default gptj waits 300 s for a lock of another host to go stale).
 jk=$(submit "$work/k" 2 4 "1000 --save-every 5" -N 2 --ntasks-per-node=2 --no-requeue)
 end=$((SECONDS + 150))
 until [ -f "$work/k/latest" ] && [ "$(nsteps "$work/k")" -ge 8 ] || [ $SECONDS -ge $end ]; do sleep 0.2; done
 before=$(cat "$work/k/latest" 2>/dev/null || echo none)
 t_lost=$SECONDS
-"$lc" kill-node gjc-n2 >"$work/kill.log" 2>&1 || bad "kill-node: $(cat "$work/kill.log")"
+"$lc" kill-node gjc-n1 >"$work/kill.log" 2>&1 || bad "kill-node: $(cat "$work/kill.log")"
 sk=$(wait_done "$jk" $((LOST_BOUND + 30)))
 took=$((SECONDS - t_lost))
 latest=$(cat "$work/k/latest" 2>/dev/null || echo none)
 if [ "$sk" = NODE_FAIL ] && [ $took -le $LOST_BOUND ]; then
-  ok "node gjc-n2 lost at step $(nsteps "$work/k") (checkpoint $before): job $jk ended $sk after ${took}s (bound ${LOST_BOUND}s)"
+  ok "node gjc-n1 lost at step $(nsteps "$work/k") (checkpoint $before): job $jk ended $sk after ${took}s (bound ${LOST_BOUND}s)"
 else
   bad "node lost: job $jk state $sk after ${took}s (bound ${LOST_BOUND}s)"; tail -n 20 "$(out "$jk")"
 fi
@@ -204,11 +212,11 @@ else
 fi
 ystep=$(sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.h5$/\1/p' <<<"$latest"); ystep=${ystep:-0}
 tosteps=$((ystep + 6 > 20 ? 20 : ystep + 6))
-jn=$(submit "$work/k" 2 8 "$tosteps" -N 1 --ntasks-per-node=2)
+jn=$(GJ_LOCK_STALE_S=15 submit "$work/k" 2 8 "$tosteps" -N 1 --ntasks-per-node=2)
 sn=$(wait_done "$jn" 180)
 p='' d=''
 if job_ok "$jn" "$sn" "$work/k" "$tosteps" && grep -q "resumed from .*$latest at step $ystep" "$(out "$jn")" &&
-   p=$(placement "$(out "$jn")" 2 1) && [[ $p == "gjc-n1 "* ]] && d=$(close "$work/l" "$work/k"); then
+   p=$(placement "$(out "$jn")" 2 1) && [[ $p == "gjc-n2 "* ]] && d=$(close "$work/l" "$work/k"); then
   ok "the next job $jn on the remaining node resumed from $latest with --resume auto ($p, DP 1 x TP 2), steps 1-$tosteps within tolerance of the reference"
 else
   bad "resume after the loss, job $jn: state $sn, $(nsteps "$work/k") steps, ${p:-} ${d:-}"; tail -n 20 "$(out "$jn")"
