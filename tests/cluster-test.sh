@@ -150,6 +150,16 @@ else
   bad "launch.sh over the hostfile: $(nsteps "$work/l") steps, ${p:-} ${d:-}"; tail -n 20 "$work/launch.log"
 fi
 
+# 2b. a TP group across nodes (1 rank per node, TP 2) runs, and gptj says it should not
+if timeout -k 10 120 "$lc" exec -- bash "$top/scripts/launch.sh" --hostfile "$GJ_CLUSTER_HOSTFILE" \
+     --ranks-per-node 1 --tp 2 --gptj "$GPTJ" -- train --data "$DATA" --run-dir "$work/w" "${common[@]}" \
+     --micro-batch 8 --steps 2 >"$work/span.log" 2>&1 &&
+   msg=$(grep -m1 'warning: 1 of 1 TP groups span hosts (ranks 0-1: gjc-n1 and gjc-n2)' "$work/span.log"); then
+  ok "TP 2 over 1 rank per node: '${msg#*warning: }'"
+else
+  bad "TP across nodes: no warning"; tail -n 20 "$work/span.log"
+fi
+
 # 3. USR1 to the batch shell of a 2-node job: checkpoint, requeue, resume, the same trajectory
 jq=$(submit "$work/q" 2 4 20 -N 2 --ntasks-per-node=2)
 end=$((SECONDS + 120))

@@ -358,13 +358,16 @@ static void print_placement(const gj_grid *g) {
       if (!strcmp(all + (size_t)q * H, all + (size_t)r * H)) n += snprintf(line + n, cap - n, k++ ? ",%d" : "%d", q);
   }
   if (line) gj_info("placement: %s (TP groups: ranks %d at a time)", line, g->tp_size);
+  int spans = 0, t0 = -1, q0 = -1;
   for (int t = 0; t < g->size; t += g->tp_size)
     for (int q = t + 1; q < t + g->tp_size; q++)
       if (strcmp(all + (size_t)q * H, all + (size_t)t * H)) {
-        gj_warn("TP group of ranks %d-%d spans hosts %s and %s: keep TP within a node", t, t + g->tp_size - 1,
-                all + (size_t)t * H, all + (size_t)q * H);
-        q = t + g->tp_size;
+        if (!spans++) t0 = t, q0 = q;
+        break;
       }
+  if (spans)
+    gj_warn("%d of %d TP groups span hosts (ranks %d-%d: %s and %s): keep TP within a node", spans,
+            g->size / g->tp_size, t0, t0 + g->tp_size - 1, all + (size_t)t0 * H, all + (size_t)q0 * H);
   free(line);
   free(all);
 }
