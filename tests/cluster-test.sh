@@ -12,7 +12,11 @@ build=$(cd "${1:?usage: cluster-test.sh BUILD_DIR}" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
 lc=$top/tests/cluster/local-cluster
 work=$build/tests/out/cluster
-export GJ_CLUSTER_DIR=${GJ_CLUSTER_DIR:-/tmp/gj-cluster}
+# its own cluster (not the default gjc one someone may have started by hand), one test at a time
+export GJ_CLUSTER_DIR=${GJ_CLUSTER_DIR:-/tmp/gj-cluster-test} GJ_CLUSTER_PREFIX=${GJ_CLUSTER_PREFIX:-gjt}
+P=$GJ_CLUSTER_PREFIX n1=$GJ_CLUSTER_PREFIX-n1 n2=$GJ_CLUSTER_PREFIX-n2
+exec 9>"$GJ_CLUSTER_DIR.lock"
+flock -w 900 9 || { echo "FAIL: cluster: another cluster test holds $GJ_CLUSTER_DIR.lock"; exit 1; }
 # Seconds from the loss of the batch host to the end of its job. Measured 41-45 s: SlurmdTimeout
 # (10 s) and a ping cycle until the node is DOWN (about 15 s), then about 25 s of COMPLETING while
 # the surviving node's step reports its end toward the dead batch host, times out (MessageTimeout
@@ -46,7 +50,7 @@ if [ $rc -ne 0 ]; then cat "$work/start.log"; bad "local-cluster start 2 failed 
 ok "$(tail -n 2 "$work/start.log" | head -n 1 | sed 's/^local-cluster: //')"
 
 # a crashed cluster (slurmctld and a slurmd killed) is cleaned up and restarted by start
-kill -KILL "$(cat "$GJ_CLUSTER_DIR/run/slurmctld.pid")" "$(cat "$GJ_CLUSTER_DIR/run/slurmd-gjc-n2.pid")"
+kill -KILL "$(cat "$GJ_CLUSTER_DIR/run/slurmctld.pid")" "$(cat "$GJ_CLUSTER_DIR/run/slurmd-$n2.pid")"
 sleep 0.2
 set +e
 "$lc" status >/dev/null 2>&1; st=$?
@@ -145,7 +149,7 @@ if timeout -k 10 300 "$lc" exec -- bash "$top/scripts/launch.sh" --hostfile "$GJ
      --ranks-per-node 2 --tp 2 --gptj "$GPTJ" -- train --data "$DATA" --run-dir "$work/l" "${common[@]}" \
      --micro-batch 4 --steps 20 >"$work/launch.log" 2>&1 &&
    [ "$(nsteps "$work/l")" -eq 20 ] && p=$(placement "$work/launch.log" 2 2) && d=$(close "$work/l" "$work/r"); then
-  ok "launch.sh --hostfile over gjc-n1,gjc-n2, 2 ranks per node, TP 2: $p; losses within tolerance of the one-node job"
+  ok "launch.sh --hostfile over $n1,$n2, 2 ranks per node, TP 2: $p; losses within tolerance of the one-node job"
 else
   bad "launch.sh over the hostfile: $(nsteps "$work/l") steps, ${p:-} ${d:-}"; tail -n 20 "$work/launch.log"
 fi
@@ -154,7 +158,7 @@ fi
 if timeout -k 10 120 "$lc" exec -- bash "$top/scripts/launch.sh" --hostfile "$GJ_CLUSTER_HOSTFILE" \
      --ranks-per-node 1 --tp 2 --gptj "$GPTJ" -- train --data "$DATA" --run-dir "$work/w" "${common[@]}" \
      --micro-batch 8 --steps 2 >"$work/span.log" 2>&1 &&
-   msg=$(grep -m1 'warning: 1 of 1 TP groups span hosts (ranks 0-1: gjc-n1 and gjc-n2)' "$work/span.log"); then
+   msg=$(grep -m1 "warning: 1 of 1 TP groups span hosts (ranks 0-1: $n1 and $n2)" "$work/span.log"); then
   ok "TP 2 over 1 rank per node: '${msg#*warning: }'"
 else
   bad "TP across nodes: no warning"; tail -n 20 "$work/span.log"
@@ -169,7 +173,7 @@ sq=$(wait_done "$jq" 240 1)
 stopped=$(sed -n 's/.*signal: stopped at step \([0-9]*\).*/\1/p' "$(out "$jq")" | head -n 1)
 if [ "$sq" = COMPLETED ] && [ -n "$stopped" ] && grep -q "requeueing job $jq" "$(out "$jq")" &&
    grep -q "resumed from .*ckpt-$(printf %08d "$stopped").h5 at step $stopped" "$(out "$jq")" &&
-   [ "$(grep -c '^placement: gjc-n1 ranks 0,1; gjc-n2 ranks 2,3 ' "$(out "$jq")")" -eq 2 ] &&
+   [ "$(grep -c "^placement: $n1 ranks 0,1; $n2 ranks 2,3 " "$(out "$jq")")" -eq 2 ] &&
    [ "$(losses "$work/q")" = "$(losses "$work/l")" ]; then
   ok "USR1 stopped 2-node job $jq at step $stopped; requeued on both nodes, resumed, the uninterrupted 20 losses exactly"
 else
@@ -194,9 +198,9 @@ for c in "$j21 $s21 $work/a 2 1 2->1" "$j12 $s12 $work/r 1 2 1->2"; do
   fi
 done
 
-# 5. a node lost mid-training: gjc-n1, the job's batch host and rank 0's node, loses its link
+# 5. a node lost mid-training: node 1, the job's batch host and rank 0's node, loses its link
 #    and its processes die (slurmd, batch shell, steps, ranks). The job ends (NODE_FAIL) within
-#    LOST_BOUND s, the last checkpoint is intact, and the next job on the remaining node gjc-n2
+#    LOST_BOUND s, the last checkpoint is intact, and the next job on the remaining node 2
 #    resumes from it (DP 2 x TP 2 -> DP 1 x TP 2). The dead rank 0's run-directory lock names
 #    another host, so the next job is told it may take a lock untouched for 15 s
 #    (GJ_LOCK_STALE_S; by default gptj waits 300 s for a lock of another host to go stale).
@@ -205,12 +209,12 @@ end=$((SECONDS + 150))
 until [ -f "$work/k/latest" ] && [ "$(nsteps "$work/k")" -ge 8 ] || [ $SECONDS -ge $end ]; do sleep 0.2; done
 before=$(cat "$work/k/latest" 2>/dev/null || echo none)
 t_lost=$SECONDS
-"$lc" kill-node gjc-n1 >"$work/kill.log" 2>&1 || bad "kill-node: $(cat "$work/kill.log")"
+"$lc" kill-node "$n1" >"$work/kill.log" 2>&1 || bad "kill-node: $(cat "$work/kill.log")"
 sk=$(wait_done "$jk" $((LOST_BOUND + 30)))
 took=$((SECONDS - t_lost))
 latest=$(cat "$work/k/latest" 2>/dev/null || echo none)
 if [ "$sk" = NODE_FAIL ] && [ $took -le $LOST_BOUND ]; then
-  ok "node gjc-n1 lost at step $(nsteps "$work/k") (checkpoint $before): job $jk ended $sk after ${took}s (bound ${LOST_BOUND}s)"
+  ok "node $n1 lost at step $(nsteps "$work/k") (checkpoint $before): job $jk ended $sk after ${took}s (bound ${LOST_BOUND}s)"
 else
   bad "node lost: job $jk state $sk after ${took}s (bound ${LOST_BOUND}s)"; tail -n 20 "$(out "$jk")"
 fi
@@ -226,7 +230,7 @@ jn=$(GJ_LOCK_STALE_S=15 submit "$work/k" 2 8 "$tosteps" -N 1 --ntasks-per-node=2
 sn=$(wait_done "$jn" 180)
 p='' d=''
 if job_ok "$jn" "$sn" "$work/k" "$tosteps" && grep -q "resumed from .*$latest at step $ystep" "$(out "$jn")" &&
-   p=$(placement "$(out "$jn")" 2 1) && [[ $p == "gjc-n2 "* ]] && d=$(close "$work/l" "$work/k"); then
+   p=$(placement "$(out "$jn")" 2 1) && [[ $p == "$n2 "* ]] && d=$(close "$work/l" "$work/k"); then
   ok "the next job $jn on the remaining node resumed from $latest with --resume auto ($p, DP 1 x TP 2), steps 1-$tosteps within tolerance of the reference"
 else
   bad "resume after the loss, job $jn: state $sn, $(nsteps "$work/k") steps, ${p:-} ${d:-}"; tail -n 20 "$(out "$jn")"
@@ -240,10 +244,10 @@ for p in $pids; do   # alive: exists and not a zombie (PID 1 here may reap late)
   st=$(sed 's/.*) \(.\).*/\1/' "/proc/$p/stat" 2>/dev/null || echo gone)
   [ "$st" = gone ] || [ "$st" = Z ] || left="$left $p($st)"
 done
-if [ -z "$left" ] && ! ip netns list | grep -q '^gjc-' && [ ! -e "$GJ_CLUSTER_DIR" ] && ! "$lc" status >/dev/null 2>&1; then
-  ok "stop: no daemon left (pids $pids), no gjc-* namespace, $GJ_CLUSTER_DIR removed; $(sed 's/^local-cluster: //' "$work/stop.log")"
+if [ -z "$left" ] && ! ip netns list | grep -q "^$P-" && [ ! -e "$GJ_CLUSTER_DIR" ] && ! "$lc" status >/dev/null 2>&1; then
+  ok "stop: no daemon left (pids $pids), no $P-* namespace, $GJ_CLUSTER_DIR removed; $(sed 's/^local-cluster: //' "$work/stop.log")"
 else
-  bad "stop left: pids${left:- none}, namespaces: $(ip netns list | grep '^gjc-' | tr '\n' ' ')"
+  bad "stop left: pids${left:- none}, namespaces: $(ip netns list | grep "^$P-" | tr '\n' ' ')"
 fi
 trap - EXIT
 echo "cluster: $pass passed, $fail failed in $((SECONDS - t_start)) s"
