@@ -24,8 +24,10 @@ flock -w 900 9 || { echo "FAIL: cluster: another cluster test holds $GJ_CLUSTER_
 # ends its job in 23-25 s.
 LOST_BOUND=90
 pass=0 fail=0
-ok() { echo "PASS: cluster: $* [$((SECONDS - t_start)) s]"; pass=$((pass + 1)); }
-bad() { echo "FAIL: cluster: $*"; fail=$((fail + 1)); }
+# results also go to $work/results.log; on a failure the daemons' logs are kept in $work/logs
+ok() { echo "PASS: cluster: $* [$((SECONDS - t_start)) s]" | tee -a "$work/results.log"; pass=$((pass + 1)); }
+bad() { echo "FAIL: cluster: $* [$((SECONDS - t_start)) s]" | tee -a "$work/results.log"; fail=$((fail + 1)); }
+keep_logs() { [ "$fail" -eq 0 ] || cp -r "$GJ_CLUSTER_DIR/log" "$work/logs" 2>/dev/null || true; }
 t_start=$SECONDS
 
 rm -rf "$work" && mkdir -p "$work"
@@ -45,7 +47,7 @@ set -e
 if [ $rc -eq 3 ]; then
   echo "SKIP: cluster test: $(tail -n 1 "$work/start.log")"; exit 0
 fi
-trap '"$lc" stop >/dev/null 2>&1 || true' EXIT
+trap 'keep_logs; "$lc" stop >/dev/null 2>&1 || true' EXIT
 if [ $rc -ne 0 ]; then cat "$work/start.log"; bad "local-cluster start 2 failed (exit $rc)"; exit 1; fi
 ok "$(tail -n 2 "$work/start.log" | head -n 1 | sed 's/^local-cluster: //')"
 
@@ -97,7 +99,8 @@ close() {
 # adjacent ranks on one host and spreads every DP group over NODES hosts
 placement() {
   local line
-  line=$(grep -m1 '^placement: ' "$1" | sed 's/^placement: //; s/ (TP groups.*//') || return 1
+  # (not anchored: stdout and stderr share the file, and a warning's pieces may land around it)
+  line=$(grep -m1 -o 'placement: .* (TP groups' "$1" | sed 's/^placement: //; s/ (TP groups$//') || return 1
   awk -v tp="$2" -v want="$3" -v line="$line" 'BEGIN {
     nh = split(line, hs, "; ")
     for (i = 1; i <= nh; i++) { split(hs[i], f, " ranks "); nr = split(f[2], rs, ",")
@@ -157,11 +160,11 @@ fi
 # 2b. a TP group across nodes (1 rank per node, TP 2) runs, and gptj says it should not
 if timeout -k 10 120 "$lc" exec -- bash "$top/scripts/launch.sh" --hostfile "$GJ_CLUSTER_HOSTFILE" \
      --ranks-per-node 1 --tp 2 --gptj "$GPTJ" -- train --data "$DATA" --run-dir "$work/w" "${common[@]}" \
-     --micro-batch 8 --steps 2 >"$work/span.log" 2>&1 &&
-   msg=$(grep -m1 "warning: 1 of 1 TP groups span hosts (ranks 0-1: $n1 and $n2)" "$work/span.log"); then
+     --micro-batch 8 --steps 2 >"$work/span.log" 2>"$work/span.err" &&
+   msg=$(grep -m1 "warning: 1 of 1 TP groups span hosts (ranks 0-1: $n1 and $n2)" "$work/span.err"); then
   ok "TP 2 over 1 rank per node: '${msg#*warning: }'"
 else
-  bad "TP across nodes: no warning"; tail -n 20 "$work/span.log"
+  bad "TP across nodes: no warning"; tail -n 20 "$work/span.log" "$work/span.err"
 fi
 
 # 3. USR1 to the batch shell of a 2-node job: checkpoint, requeue, resume, the same trajectory
@@ -173,7 +176,7 @@ sq=$(wait_done "$jq" 240 1)
 stopped=$(sed -n 's/.*signal: stopped at step \([0-9]*\).*/\1/p' "$(out "$jq")" | head -n 1)
 if [ "$sq" = COMPLETED ] && [ -n "$stopped" ] && grep -q "requeueing job $jq" "$(out "$jq")" &&
    grep -q "resumed from .*ckpt-$(printf %08d "$stopped").h5 at step $stopped" "$(out "$jq")" &&
-   [ "$(grep -c "^placement: $n1 ranks 0,1; $n2 ranks 2,3 " "$(out "$jq")")" -eq 2 ] &&
+   [ "$(grep -c "placement: $n1 ranks 0,1; $n2 ranks 2,3 (TP" "$(out "$jq")")" -eq 2 ] &&
    [ "$(losses "$work/q")" = "$(losses "$work/l")" ]; then
   ok "USR1 stopped 2-node job $jq at step $stopped; requeued on both nodes, resumed, the uninterrupted 20 losses exactly"
 else
@@ -237,6 +240,7 @@ else
 fi
 
 # 6. stop leaves nothing: no daemons, no namespaces, no directory
+keep_logs
 pids=$(cat "$GJ_CLUSTER_DIR"/run/*.pid 2>/dev/null | tr '\n' ' ')
 "$lc" stop >"$work/stop.log" 2>&1
 left=
