@@ -5,7 +5,7 @@
 # hostfile), --ranks-per-node M (default 1), --threads T (OMP/OpenBLAS threads per rank,
 # default 1), --tp N (passed to gptj), --gptj PATH (default: gptj on PATH or the build).
 set -euo pipefail
-hostfile= nodes= rpn=1 threads=1 tp=1 gptj=
+hostfile='' nodes='' rpn=1 threads=1 tp=1 gptj=''
 while [ $# -gt 0 ]; do
   case $1 in
     --hostfile) hostfile=$2; shift 2 ;;
@@ -36,7 +36,11 @@ fi
 nodes=${nodes:-1}
 np=$((nodes * rpn))
 (( np % tp == 0 )) || { echo "launch.sh: error: --tp $tp does not divide $np ranks" >&2; exit 2; }
-(( rpn % tp == 0 || tp % rpn == 0 )) || echo "launch.sh: warning: TP $tp spans nodes unevenly; keep TP within a node" >&2
+if (( rpn % tp != 0 && tp % rpn != 0 )); then
+  echo "launch.sh: warning: TP $tp spans nodes unevenly; keep TP within a node" >&2
+elif (( tp > rpn && nodes > 1 )); then
+  echo "launch.sh: warning: TP $tp spans $((tp / rpn)) nodes of $rpn ranks: its all-reduces cross the network; keep TP <= --ranks-per-node" >&2
+fi
 cmd=(mpirun -np "$np" --map-by "ppr:$rpn:node:PE=$threads" --bind-to core
      -x OMP_NUM_THREADS="$threads" -x OPENBLAS_NUM_THREADS="$threads")
 [ -n "$hostfile" ] && cmd+=(--hostfile "$hostfile")

@@ -29,6 +29,8 @@ OMP_NUM_THREADS=1 timeout 900 valgrind --error-exitcode=1 --leak-check=full --sh
 grep -E 'ERROR SUMMARY' tests/valgrind.log
 echo "== Slurm (a real one-node cluster from ../shared/tools/local-slurm)"
 bash "$top/tests/slurm-test.sh" "$build"
+echo "== multi-node: 2 Slurm nodes in network namespaces (tests/cluster/local-cluster, tests/cluster-test.sh)"
+bash "$top/tests/cluster-test.sh" "$build"
 echo "== fuzzing: each libFuzzer harness for ${GJ_FUZZ_SECONDS:-30} s (tests/fuzz/run.sh)"
 bash "$top/tests/fuzz/run.sh" "${GJ_FUZZ_SECONDS:-30}" "$build/fuzz"
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build: make check (./configure --enable-sanitizers)"

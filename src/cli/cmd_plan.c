@@ -4,6 +4,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -15,9 +16,32 @@
 /* Bytes one rank sends per step in ring all-reduces (2 (p-1)/p of the data). */
 static double ring(double bytes, int p) { return p > 1 ? 2.0 * (p - 1) / p * bytes : 0.0; }
 
+/* Memory bandwidth of one rank on `threads` threads, bytes/s: the best of a few passes of
+ * a[i] += s b[i] (2 reads, 1 write per float) over 2 x 64 MB, touched first. */
+static double mem_rate(int threads) {
+  size_t n = (size_t)16 << 20;
+  float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+  double best = 0;
+  if (a && b) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = 1.0f;
+    for (int pass = 0; pass < 5; pass++) {
+      double t0 = gj_now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (size_t i = 0; i < n; i++) a[i] += 1e-7f * b[i];
+      double dt = gj_now() - t0;
+      if (dt > 0 && 3.0 * n * sizeof *a / dt > best) best = 3.0 * n * sizeof *a / dt;
+    }
+    if (a[n / 2] < 0) best = 0; /* keeps the loop */
+  }
+  free(a);
+  free(b);
+  return best;
+}
+
 int gj_cmd_plan(int argc, char **argv) {
   int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, rpn = 1, threads = 0;
-  double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0;
+  double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per micro-batch", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &T, "tokens per sequence (0: n_positions)", 0, 1 << 20},
@@ -30,6 +54,7 @@ int gj_cmd_plan(int argc, char **argv) {
       {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "sgemm GFLOP/s of one rank (0: measure here on the model's shapes)", 0, 1e9},
       {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
       {"tp-gbps", GJ_OPT_F64, &tpnet, "bandwidth per rank within a node, GB/s (TP)", 1e-3, 1e6},
+      {"mem-gbps", GJ_OPT_F64, &mem_g, "memory bandwidth of one rank, GB/s, for the optimizer (0: measure here)", 0, 1e6},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory per rank, GB (0: this machine's memory / --ranks-per-node)", 0, 1e9},
       {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node (for the memory per rank)", 1, 4096},
       {NULL}};
@@ -64,7 +89,21 @@ int gj_cmd_plan(int argc, char **argv) {
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
   if (!(rate > 0)) return GJ_FAIL("cannot measure the sgemm rate on the model's shapes (out of memory?): give --sgemm-gflops");
+  if (mem_g > 0 && mem_g < 1e-3) return GJ_FAIL("--mem-gbps: %g is out of range [0.001, 1e6] (0: measure)", mem_g);
+  double mrate = mem_g > 0 ? mem_g * 1e9 : mem_rate((int)threads);
+  if (!(mrate > 0)) return GJ_FAIL("cannot measure the memory bandwidth here (out of memory?): give --mem-gbps");
   double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
+  /* The optimizer streams memory, it does not compute: AdamW reads parameters, gradients and
+   * both moments and writes three of them (28 B per parameter of the rank's share, 1/DP of
+   * it with ZeRO-1), and the gradient norm and the zeroing pass over the gradients (8 B). */
+  double p_floats = (double)ms.params / 4, share = zero ? p_floats / dp : p_floats;
+  double opt_bytes = 28.0 * share + 8.0 * p_floats, t_opt = opt_bytes / mrate;
+  /* DP buckets are reduced while the last micro-batch's backward (about 2/3 of its compute)
+   * runs; what is left, and at least the last bucket, is exposed. */
+  double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params);
+  double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
+  double t_dp_exposed = dp > 1 ? GJ_MAX(t_dp - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
+  double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s\n",
          mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
@@ -83,11 +122,15 @@ int gj_cmd_plan(int argc, char **argv) {
          recompute ? ", plus the recomputed forward" : "");
   printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients)\n",
          tp_bytes, dp_bytes);
-  printf("time per step (estimate, no overlap):\n");
+  printf("time per step (estimate):\n");
   printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s)\n", t_comp, rate / 1e9,
          sgemm_g > 0 ? "given" : "sgemm measured here on the model's shapes");
   printf("  TP communication  %12.3f s at %.1f GB/s\n", t_tp, tpnet);
-  printf("  DP communication  %12.3f s at %.1f GB/s (hidden behind backward when it overlaps)\n", t_dp, net);
-  printf("  step              %12.3f s, %.0f tokens/s\n", t_comp + t_tp + t_dp, tokens / (t_comp + t_tp + t_dp));
+  printf("  optimizer         %12.3f s: %.4g B of memory traffic at %.1f GB/s (%s)\n", t_opt, opt_bytes, mrate / 1e9,
+         mem_g > 0 ? "given" : "measured here");
+  printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (the rest overlaps backward)\n", t_dp, net,
+         t_dp_exposed);
+  printf("  step              %12.3f s, %.0f tokens/s (compute + optimizer + TP + exposed DP)\n", t_step,
+         tokens / t_step);
   return 0;
 }

@@ -337,10 +337,48 @@ static int setup_resume(train_ctx *x) {
   return gj_agree(x->g.world, rc);
 }
 
+/* Where the ranks run: "placement: HOST ranks a,b,...; HOST ranks ..." (hosts in order of their
+ * first rank), and a warning when a TP group spans hosts (its all-reduces then cross the
+ * network twice per layer). */
+static void print_placement(const gj_grid *g) {
+  enum { H = 64 };
+  char me[H] = "?";
+  gethostname(me, H - 1);
+  me[H - 1] = 0;
+  char *all = g->rank == 0 ? malloc((size_t)g->size * H) : NULL;
+  MPI_Gather(me, H, MPI_CHAR, all, H, MPI_CHAR, 0, g->world);
+  if (g->rank != 0) return;
+  if (!all) return;
+  size_t cap = (size_t)g->size * (H + 16) + 64, n = 0;
+  char *line = malloc(cap);
+  for (int r = 0; line && r < g->size; r++) {
+    int first = 1;
+    for (int q = 0; q < r && first; q++) first = strcmp(all + (size_t)q * H, all + (size_t)r * H) != 0;
+    if (!first) continue;
+    n += snprintf(line + n, cap - n, "%s%s ranks ", n ? "; " : "", all + (size_t)r * H);
+    for (int q = r, k = 0; q < g->size; q++)
+      if (!strcmp(all + (size_t)q * H, all + (size_t)r * H)) n += snprintf(line + n, cap - n, k++ ? ",%d" : "%d", q);
+  }
+  if (line) gj_info("placement: %s (TP groups: ranks %d at a time)", line, g->tp_size);
+  int spans = 0, t0 = -1, q0 = -1;
+  for (int t = 0; t < g->size; t += g->tp_size)
+    for (int q = t + 1; q < t + g->tp_size; q++)
+      if (strcmp(all + (size_t)q * H, all + (size_t)t * H)) {
+        if (!spans++) t0 = t, q0 = q;
+        break;
+      }
+  if (spans)
+    gj_warn("%d of %d TP groups span hosts (ranks %d-%d: %s and %s): keep TP within a node", spans,
+            g->size / g->tp_size, t0, t0 + g->tp_size - 1, all + (size_t)t0 * H, all + (size_t)q0 * H);
+  free(line);
+  free(all);
+}
+
 /* The start-up summary; returns the hardware's peak FLOP/s per rank. */
 static double print_summary(const train_ctx *x) {
   const gj_config *c = &x->c;
   const char *peak_how;
+  print_placement(&x->g);
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how);
   gj_info("peak: %.1f GFLOP/s per rank (%s on %d threads); GEMM: %s", peak / 1e9, peak_how,
           omp_get_max_threads(), gj_gemm_describe());
