@@ -205,8 +205,8 @@ done
 #    and its processes die (slurmd, batch shell, steps, ranks). The job ends (NODE_FAIL) within
 #    LOST_BOUND s, the last checkpoint is intact, and the next job on the remaining node 2
 #    resumes from it (DP 2 x TP 2 -> DP 1 x TP 2). The dead rank 0's run-directory lock names
-#    another host, so the next job is told it may take a lock untouched for 15 s
-#    (GJ_LOCK_STALE_S; by default gptj waits 300 s for a lock of another host to go stale).
+#    another host and the lost job: gptj asks Slurm (squeue) and, that job having ended, takes
+#    the lock at once (without Slurm's word a lock of another host expires after 300 s).
 jk=$(submit "$work/k" 2 4 "1000 --save-every 5" -N 2 --ntasks-per-node=2 --no-requeue)
 end=$((SECONDS + 150))
 until [ -f "$work/k/latest" ] && [ "$(nsteps "$work/k")" -ge 8 ] || [ $SECONDS -ge $end ]; do sleep 0.2; done
@@ -229,10 +229,11 @@ else
 fi
 ystep=$(sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.h5$/\1/p' <<<"$latest"); ystep=${ystep:-0}
 tosteps=$((ystep + 6 > 20 ? 20 : ystep + 6))
-jn=$(GJ_LOCK_STALE_S=15 submit "$work/k" 2 8 "$tosteps" -N 1 --ntasks-per-node=2)
+jn=$(submit "$work/k" 2 8 "$tosteps" -N 1 --ntasks-per-node=2)
 sn=$(wait_done "$jn" 180)
 p='' d=''
 if job_ok "$jn" "$sn" "$work/k" "$tosteps" && grep -q "resumed from .*$latest at step $ystep" "$(out "$jn")" &&
+   grep -q "removed a stale lock .*job $jk.*its Slurm job has ended" "$(out "$jn")" &&
    p=$(placement "$(out "$jn")" 2 1) && [[ $p == "$n2 "* ]] && d=$(close "$work/l" "$work/k"); then
   ok "the next job $jn on the remaining node resumed from $latest with --resume auto ($p, DP 1 x TP 2), steps 1-$tosteps within tolerance of the reference"
 else

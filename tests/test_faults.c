@@ -31,7 +31,8 @@ static int grep(const char *log, const char *pattern) { return sh("grep -q -- '%
 
 /* Two trainers on one run directory: the second is refused naming the first; the first goes
  * on. A lock left by a killed trainer, or by a process on another host that has not touched
- * it for GJ_LOCK_STALE_S, is taken over; a fresh one of another host is respected. */
+ * it for GJ_LOCK_STALE_S or whose Slurm job has ended, is taken over; a fresh one of another
+ * host is respected. */
 START_TEST(test_lock) {
   char run[1300], log[1400], log2[1400];
   snprintf(run, sizeof run, "%s/lock", OUT);
@@ -61,6 +62,29 @@ START_TEST(test_lock) {
   sh("touch -d '10 minutes ago' %s/lock", run);
   ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
   ck_assert(grep(log, "removed a stale lock.*not touched"));
+  /* another host's lock under Slurm (fresh): this job's own earlier run (a lower restart
+   * count) is taken over; a job that squeue (a stand-in here) reports ended is taken over, a
+   * running one respected, and another cluster's job or an unreadable answer leaves the age
+   * rule in charge */
+  sh("mkdir -p %s/fakebin && printf '#!/bin/sh\\necho \"$FAKE_SQUEUE\"\\n' > %s/fakebin/squeue && chmod +x %s/fakebin/squeue",
+     OUT, OUT, OUT);
+  struct { const char *lock_job, *lock_cl, *restart, *answer; int taken; } sl[] = {
+      {"77 restart 0", "c", "1", "RUNNING", 1}, {"77 restart 1", "c", "1", "RUNNING", 0},
+      {"78 restart 0", "c", "0", "NODE_FAIL", 1}, {"78 restart 0", "c", "0", "slurm_load_jobs error: Invalid job id specified", 1},
+      {"78 restart 0", "c", "0", "RUNNING", 0}, {"78 restart 0", "c", "0", "COMPLETING", 0},
+      {"78 restart 0", "d", "0", "COMPLETED", 0}, {"78 restart 0", "c", "0", "", 0},
+      {"78 restart 0", "c", "0", "Unable to contact slurm controller", 0}};
+  for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++) {
+    sh("printf 'gptj train: pid 1 host elsewhere job %s cluster %s since 2026-01-01T00:00:00Z start 5 token x\\n' > %s/lock",
+       sl[i].lock_job, sl[i].lock_cl, run);
+    rc = sh("PATH=%s/fakebin:$PATH FAKE_SQUEUE='%s' SLURM_JOB_ID=77 SLURM_RESTART_COUNT=%s SLURM_CLUSTER_NAME=c "
+            "%s/gptj train %s --data %s --steps 1 --run-dir %s --resume auto >%s 2>&1",
+            OUT, sl[i].answer, sl[i].restart, B_, COMMON, DATA, run, log);
+    ck_assert_msg(rc == (sl[i].taken ? 0 : 1), "lock of job %s, cluster %s, restart %s, squeue '%s': exit %d",
+                  sl[i].lock_job, sl[i].lock_cl, sl[i].restart, sl[i].answer, rc);
+    ck_assert(grep(log, sl[i].taken ? "removed a stale lock.*its Slurm job has ended" : "in use by gptj train: pid 1 host elsewhere"));
+  }
+  sh("rm -f %s/lock", run); /* the last one was respected */
   /* a short GJ_LOCK_STALE_S: the holder's heartbeat keeps its lock fresh */
   rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
           "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; sleep 2.5; "

@@ -317,7 +317,7 @@ static int holder_dead_here(const char *text) {
   long pid = 0;
   unsigned long long start = 0, now_start = 0;
   char host[256] = "", me[256] = "";
-  const char *p = strstr(text, "pid "), *h = strstr(text, "host "), *t = strstr(text, "start ");
+  const char *p = strstr(text, "pid "), *h = strstr(text, "host "), *t = strstr(text, " start ");
   if (!p || !h || sscanf(p, "pid %ld", &pid) != 1 || sscanf(h, "host %255s", host) != 1) return 0;
   gethostname(me, sizeof me - 1);
   if (strcmp(host, me) || pid <= 0) return -1;
@@ -325,7 +325,49 @@ static int holder_dead_here(const char *text) {
   int st = proc_state(pid, &now_start);
   if (!st) return 0; /* alive but not visible in /proc (another pid namespace): trust it */
   if (st == 'Z' || st == 'X') return 1;
-  return t && sscanf(t, "start %llu", &start) == 1 && start != now_start;
+  return t && sscanf(t, " start %llu", &start) == 1 && start != now_start;
+}
+
+/* Slurm's states of a job that may still be running its tasks. */
+static int slurm_state_live(const char *st) {
+  static const char *live[] = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING",
+                               "SIGNALING", "STAGE_OUT", "STOPPED"};
+  for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
+    if (!strcmp(st, live[i])) return 1;
+  return 0;
+}
+
+/* For a holder on another host, whose process cannot be looked at: whether Slurm says its job
+ * has ended (1), or it runs or nobody can tell (0). The lock names the job (SLURM_JOB_ID), its
+ * restart count (SLURM_RESTART_COUNT) and cluster (SLURM_CLUSTER_NAME). A lock of this very job
+ * at an earlier restart is its own previous run (a requeue, after a node was lost, say);
+ * another job of this cluster is asked of squeue (all states), and one it no longer knows
+ * ("Invalid job id") or knows in a state other than running has no tasks left. Outside Slurm,
+ * for another cluster's job, or when squeue fails otherwise, the lock expires by its age. */
+static int slurm_holder_ended(const char *text) {
+  char job[64] = "", cl[128] = "";
+  long restart = 0;
+  const char *j = strstr(text, " job "), *r = strstr(text, " restart "), *c = strstr(text, " cluster ");
+  if (!j || sscanf(j, " job %63s", job) != 1 || !strcmp(job, "-")) return 0;
+  if (r) sscanf(r, " restart %ld", &restart);
+  if (c) sscanf(c, " cluster %127s", cl);
+  const char *me = getenv("SLURM_JOB_ID"), *my_restart = getenv("SLURM_RESTART_COUNT");
+  const char *my_cl = getenv("SLURM_CLUSTER_NAME");
+  if (!me || !my_cl || strcmp(cl, my_cl)) return 0;
+  if (!strcmp(me, job)) return (my_restart ? atol(my_restart) : 0) > restart;
+  for (const char *q = job; *q; q++)
+    if ((*q < '0' || *q > '9') && *q != '_') return 0; /* a job id, nothing for the shell */
+  char cmd[160], out[256] = "";
+  snprintf(cmd, sizeof cmd, "timeout 10 squeue -h -t all -j %s -o %%T 2>&1", job);
+  FILE *p = popen(cmd, "r");
+  if (!p) return 0;
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  int st = pclose(p);
+  out[n] = 0;
+  if (strstr(out, "Invalid job id")) return 1;
+  out[strcspn(out, "\n")] = 0;
+  if (st != 0 || !*out || strspn(out, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != strlen(out)) return 0; /* no answer */
+  return !slurm_state_live(out);
 }
 
 static void *heartbeat(void *arg) {
@@ -353,7 +395,8 @@ static void release_at_exit(void) { gj_rundir_unlock(); }
 static void lock_text(char *text, size_t n) {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
-  const char *job = getenv("SLURM_JOB_ID");
+  const char *job = getenv("SLURM_JOB_ID"), *restart = getenv("SLURM_RESTART_COUNT");
+  const char *cluster = getenv("SLURM_CLUSTER_NAME");
   time_t now = time(NULL);
   struct tm tm;
   char when[64];
@@ -362,8 +405,9 @@ static void lock_text(char *text, size_t n) {
            (unsigned long)(gj_now() * 1e6));
   unsigned long long start = 0;
   proc_state((long)getpid(), &start);
-  snprintf(text, n, "gptj train: pid %ld host %s job %s since %s start %llu token %s\n",
-           (long)getpid(), host, job && *job ? job : "-", when, start, lk.token);
+  snprintf(text, n, "gptj train: pid %ld host %s job %s restart %ld cluster %s since %s start %llu token %s\n",
+           (long)getpid(), host, job && *job ? job : "-", restart ? atol(restart) : 0L,
+           cluster && *cluster && !strpbrk(cluster, " \n") ? cluster : "-", when, start, lk.token);
 }
 
 /* The lock was created (fd): write it, hold it, start the heartbeat. */
@@ -403,7 +447,7 @@ static int lock_held(const char *dir, char *held, size_t n) {
     if (!changed) dead = holder_dead_here(held);
   }
   if (changed) return 1; /* released or taken meanwhile: try again */
-  if (dead < 0) dead = 0;
+  if (dead < 0) dead = slurm_holder_ended(held) ? 2 : 0;
   if (!dead && age < lk.stale_s) {
     held[strcspn(held, "\n")] = 0;
     char *tok = strstr(held, " start ");
@@ -424,7 +468,7 @@ static int lock_held(const char *dir, char *held, size_t n) {
   unlink(aside);
   held[strcspn(held, "\n")] = 0;
   gj_warn("%s: removed a stale lock (%s; %s)", lk.path, held,
-          dead ? "its process has ended" : "not touched for longer than GJ_LOCK_STALE_S");
+          dead == 2 ? "its Slurm job has ended" : dead ? "its process has ended" : "not touched for longer than GJ_LOCK_STALE_S");
   return 1;
 }
 
