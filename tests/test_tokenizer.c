@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "common.h"
+#include "io/jsonscan.h"
 #include "io/tokenizer.h"
 #include "testutil.h"
 
@@ -241,6 +242,73 @@ static int64_t attr_i64(const char *path, const char *name) {
   return v;
 }
 
+/* jansson's answer for a JSONL line: 1 and the text when it is an object whose "text" member
+ * is a string (json_loadb with JSON_ALLOW_NUL, as io/docstream.c), else 0. */
+static int jansson_text(const char *line, size_t len, char *out, size_t *n) {
+  json_error_t err;
+  json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, &err);
+  json_t *t = o && json_is_object(o) ? json_object_get(o, "text") : NULL;
+  int ok = t && json_is_string(t);
+  if (ok) *n = json_string_length(t), memcpy(out, json_string_value(t), *n);
+  json_decref(o);
+  return ok;
+}
+
+/* The one-pass JSONL scan (io/jsonscan.h) against jansson: on every line it answers for, the
+ * same text byte for byte (decoded in place, as docstream does); it answers for the usual
+ * lines (escapes of every kind, surrogate pairs, UTF-8 of 2-4 bytes, nested values, numbers,
+ * the key repeated, other keys); it leaves to jansson every line jansson refuses or that it is
+ * not sure of (exponents, long numbers, an escaped key, deep nesting), and every line without
+ * the key as a string. */
+START_TEST(test_jsonscan) {
+  struct { const char *line; int fast; } cases[] = {
+      {"{\"text\": \"hello\"}", 1},
+      {"  {\"id\": 3, \"text\":\"a\\nb\\t\\\"q\\\" \\\\ \\/ \\b\\f\\r\", \"x\": [1, -2.5, true, false, null, {}, []]}  ", 1},
+      {"{\"text\": \"\\u00e9\\u4e2d\\ud83d\\ude00 \xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"}", 1},
+      {"{\"text\": \"nul\\u0000inside\"}", 1},
+      {"{\"text\": \"first\", \"meta\": {\"a\": {\"text\": 5}}, \"text\": \"second\"}", 1},
+      {"{\"meta\": {\"pile_set_name\": \"Pile-CC\"}, \"text\": \"\"}", 1},
+      {"{\"text\": \"0123456789abcdef0123456789abcdef plain run of more than eight bytes\"}", 1},
+      {"{\"n\": 0, \"m\": -0.5, \"k\": 123456789012345, \"text\": \"t\"}", 1},
+      {"{\"text\": \"x\", \"text\": 3}", 0},          /* the last one wins: not a string */
+      {"{\"n\": 1e5, \"text\": \"t\"}", 0},            /* exponents: jansson decides */
+      {"{\"n\": 1234567890123456789012, \"text\": \"t\"}", 0}, /* jansson: too big an integer */
+      {"{\"te\\u0078t\": \"t\"}", 0},                /* an escaped key */
+      {"{\"text\": \"bad \xc3\"}", 0}, {"{\"text\": \"overlong \xc0\xaf\"}", 0},
+      {"{\"text\": \"surrogate \xed\xa0\x80\"}", 0}, {"{\"text\": \"lone \\ud800 x\"}", 0},
+      {"{\"text\": \"lone \\udc00\"}", 0}, {"{\"text\": \"ctrl \x01\"}", 0}, {"{\"text\": \"bad \\x\"}", 0},
+      {"{\"text\": \"t\"} trailing", 0}, {"{\"text\": \"t\",}", 0}, {"[\"text\"]", 0}, {"\"text\"", 0},
+      {"{\"text\": \"unterminated}", 0}, {"{\"text\" \"t\"}", 0}, {"{\"a\": 01, \"text\": \"t\"}", 0},
+      {"{\"a\": tru, \"text\": \"t\"}", 0}, {"{\"a\": -, \"text\": \"t\"}", 0}, {"{\"a\": 1., \"text\": \"t\"}", 0},
+      {"{\"title\": \"no text\"}", 0}, {"{}", 0}, {"", 0}, {"\xef\xbb\xbf{\"text\": \"bom\"}", 0}};
+  char want[512], line[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len = strlen(cases[i].line), wn = 0, gn = 0;
+    memcpy(line, cases[i].line, len);
+    const char *out;
+    int fast = gj_jsonscan_text(line, len, "text", line, &out, &gn);
+    int ok = jansson_text(cases[i].line, len, want, &wn);
+    ck_assert_msg(fast == (cases[i].fast ? 1 : -1), "case %zu: scan %d", i, fast);
+    if (fast == 1) {
+      ck_assert_msg(ok && gn == wn && !memcmp(out, want, wn), "case %zu: the scan's text differs from jansson's", i);
+    } else {
+      ck_assert_msg(!memcmp(line, cases[i].line, len), "case %zu: a refused line was changed", i);
+    }
+  }
+  /* nesting: 64 levels are scanned, 65 left to jansson (which reads both) */
+  for (int depth = 64; depth <= 65; depth++) {
+    size_t k = 0;
+    k += (size_t)sprintf(line + k, "{\"a\": ");
+    for (int d = 0; d < depth - 1; d++) line[k++] = '[';
+    for (int d = 0; d < depth - 1; d++) line[k++] = ']';
+    k += (size_t)sprintf(line + k, ", \"text\": \"deep\"}");
+    const char *out;
+    size_t gn;
+    ck_assert_int_eq(gj_jsonscan_text(line, k, "text", line, &out, &gn), depth <= 64 ? 1 : -1);
+  }
+}
+END_TEST
+
 START_TEST(test_tokenize_identical) {
   char d[1300], cmd[4096];
   snprintf(d, sizeof d, "%s/ident", OUT);
@@ -343,6 +411,7 @@ int main(void) {
   tcase_add_test(tc, test_endoftext_is_text);
   tcase_add_test(tc, test_any_bytes_round_trip);
   tcase_add_test(tc, test_decode_bad_id);
+  tcase_add_test(tc, test_jsonscan);
   tcase_add_test(tc, test_brown_counts);
   tcase_add_test(tc, test_bad_vocab_dir);
   TCase *tt = tcase_create("tokenize");

@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "common.h"
+#include "io/jsonscan.h"
 
 #define IN_BYTES ((size_t)1 << 20)   /* compressed input read at a time */
 #define LINE_BYTES ((size_t)4 << 20) /* the line buffer's first size */
@@ -187,7 +188,20 @@ static int blank(const char *s, size_t n) {
   return 1;
 }
 
+static int too_long(lines *l, size_t max_doc) {
+  return GJ_FAIL("%s:%llu: a document longer than %zu MB (raise --max-doc-mb)", l->s.path,
+                 (unsigned long long)line_number(l), max_doc >> 20);
+}
+
 static int jsonl_doc(lines *l, const char *line, size_t len, const gj_docstream_opts *o, gj_doc_fn fn, void *ctx) {
+  /* the one-pass scan answers for the usual line, decoding its text in place (the line is in
+   * l->buf, read no further); jansson parses the others, and names the errors */
+  const char *text;
+  size_t tn;
+  if (gj_jsonscan_text(line, len, o->text_key, l->buf + (line - l->buf), &text, &tn) == 1) {
+    if (tn > o->max_doc) return too_long(l, o->max_doc);
+    return tn > 0 ? fn(ctx, text, tn) : 0;
+  }
   json_error_t err;
   json_t *obj = json_loadb(line, len, JSON_ALLOW_NUL, &err);
   json_t *t = obj ? json_object_get(obj, o->text_key) : NULL;
@@ -196,9 +210,7 @@ static int jsonl_doc(lines *l, const char *line, size_t len, const gj_docstream_
   else if (!json_is_object(obj)) rc = GJ_FAIL("%s:%llu: expected a JSON object", l->s.path, (unsigned long long)line_number(l));
   else if (!json_is_string(t))
     rc = GJ_FAIL("%s:%llu: no \"%s\" string field", l->s.path, (unsigned long long)line_number(l), o->text_key);
-  else if (json_string_length(t) > o->max_doc)
-    rc = GJ_FAIL("%s:%llu: a document longer than %zu MB (raise --max-doc-mb)", l->s.path,
-                 (unsigned long long)line_number(l), o->max_doc >> 20);
+  else if (json_string_length(t) > o->max_doc) rc = too_long(l, o->max_doc);
   else if (json_string_length(t) > 0)
     rc = fn(ctx, json_string_value(t), json_string_length(t));
   json_decref(obj);
@@ -206,9 +218,7 @@ static int jsonl_doc(lines *l, const char *line, size_t len, const gj_docstream_
 }
 
 static int doc_add(lines *l, char **doc, size_t *n, size_t *cap, const char *s, size_t k, size_t max_doc) {
-  if (*n + k > max_doc)
-    return GJ_FAIL("%s:%llu: a document longer than %zu MB (raise --max-doc-mb)", l->s.path,
-                   (unsigned long long)line_number(l), max_doc >> 20);
+  if (*n + k > max_doc) return too_long(l, max_doc);
   if (*n + k > *cap) {
     size_t nc = GJ_MIN(GJ_MAX(2 * *cap, *n + k + 4096), max_doc);
     char *d = realloc(*doc, nc);

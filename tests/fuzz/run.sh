@@ -15,7 +15,8 @@ libs="$(pkg-config --libs jansson libpcre2-8 zlib libzstd) -lm"
 common="$top/src/common.c $top/src/io/outfile.c"
 declare -A srcs=(
   [config]="$top/src/io/kvconf.c $top/src/model/config.c"
-  [jsonl]="$top/src/io/docstream.c"
+  [jsonl]="$top/src/io/docstream.c $top/src/io/jsonscan.c"
+  [jsonscan]="$top/src/io/jsonscan.c"
   [tokenizer]="$top/src/io/tokenizer.c"
   [safetensors]="$top/src/io/safetensors.c"
 )
@@ -25,7 +26,7 @@ char *openblas_get_corename(void) { return "none"; }
 C
 export GJ_VOCAB_DIR=$top/data/gpt2
 status=0
-for name in config jsonl tokenizer safetensors; do
+for name in config jsonl jsonscan tokenizer safetensors; do
   bin=$out/fuzz_$name
   # shellcheck disable=SC2086
   clang $cflags "$here/fuzz_$name.c" ${srcs[$name]} $common "$out/blas_stub.c" $libs -o "$bin"
