@@ -383,8 +383,8 @@ int gj_cmd_info(int argc, char **argv) {
   if (rc) return rc > 0 ? 0 : rc;
   if (np != 1) return GJ_FAIL("expected one file (see --help)");
   struct stat sb;
-  int is_file = stat(pos[0], &sb) == 0 && !S_ISDIR(sb.st_mode);
-  if (!is_file && (strpbrk(pos[0], ",+:") || stat(pos[0], &sb) == 0)) { /* a directory or a --data text */
+  int found = stat(pos[0], &sb) == 0;
+  if (found ? S_ISDIR(sb.st_mode) : strpbrk(pos[0], ",+:") != NULL) { /* a directory or a --data text */
     gj_data d;
     GJ_TRY(gj_data_open(&d, pos[0], "DATA", 0));
     gj_data_print(&d);

@@ -65,12 +65,19 @@ static void *map_lazy(size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* The bytes of a layout's weights held bf16-resident: GEMM weights and the embedding in bf16,
+ * the rest float32. */
+static size_t resident16_bytes(const gj_layout *l) {
+  size_t b = 0;
+  for (int i = 0; i < l->n; i++)
+    b += l->t[i].numel * (gj_tensor_resident16(&l->t[i]) ? sizeof(gj_bf16) : sizeof(float));
+  return b;
+}
+
 int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
-  *bytes = 0;
-  for (int i = 0; i < l.n; i++)
-    *bytes += l.t[i].numel * (gj_tensor_resident16(&l.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+  *bytes = resident16_bytes(&l);
   gj_layout_free(&l);
   return 0;
 }
@@ -90,8 +97,7 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
     return GJ_FAIL("out of address space: bf16 weights of %zu bytes", need);
   }
   s->params = s->arena;
-  for (int i = 0; i < s->lay.n; i++)
-    s->bytes += s->lay.t[i].numel * (gj_tensor_resident16(&s->lay.t[i]) ? sizeof(gj_bf16) : sizeof(float));
+  s->bytes = resident16_bytes(&s->lay);
   return 0;
 }
 
