@@ -41,7 +41,10 @@ rm -rf "$san" && mkdir -p "$san"
 (cd "$san" && "$top/configure" -q --enable-sanitizers && make -s -j"$(nproc)" >/dev/null &&
  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    make -j"$(nproc)" check >check.log 2>&1) ||
-  { grep -E '^(PASS|FAIL|ERROR)' "$san/check.log" >&2; echo "error: the sanitizer build failed its tests (see $san)" >&2; exit 1; }
+  { grep -E '^(PASS|FAIL|ERROR)' "$san/check.log" >&2
+    for t in $(grep -E '^(FAIL|ERROR):' "$san/check.log" | cut -d' ' -f2); do
+      echo "--- $t.log" >&2; tail -n 40 "$san/$t.log" >&2 || true; done
+    echo "error: the sanitizer build failed its tests (see $san)" >&2; exit 1; }
 grep -E '^# (PASS|FAIL)' "$san/check.log"
 echo "== make distcheck"
 make -s -j"$(nproc)" distcheck >distcheck.log 2>&1 || { tail -n 60 distcheck.log >&2; echo "error: make distcheck failed" >&2; exit 1; }
