@@ -256,6 +256,33 @@ START_TEST(test_gelu) {
 }
 END_TEST
 
+/* The bf16 GELU kernels (bf16 training keeps the fc_in output in bfloat16 only) are the float
+ * ones on the widened input, rounded as gj_bf16_round rounds, bit for bit; over several chunks,
+ * a partial last one, and the backward in place (dx = dy). */
+START_TEST(test_gelu_bf16) {
+  const size_t n = 2 * 1024 + 77;
+  float *x = tu_falloc(n), *y = tu_falloc(n), *r = tu_falloc(n), *g = tu_falloc(n), *dx = tu_falloc(n);
+  double *xd = tu_dalloc(n), *rd = tu_dalloc(n);
+  gj_bf16 *x16 = calloc(n, 2), *y16 = calloc(n, 2), *yr = calloc(n, 2), *g16 = calloc(n, 2), *gr = calloc(n, 2);
+  tu_fill(x, xd, n, 6.0);
+  tu_fill(r, rd, n, 1.0);
+  gj_bf16_round(x16, x, n);
+  for (size_t i = 0; i < n; i++) x[i] = gj_bf16_to_f32(x16[i]);
+  gj_gelu_forward(y, x, n);
+  gj_bf16_round(yr, y, n);
+  gj_gelu_forward16(y16, x16, n);
+  ck_assert_int_eq(memcmp(y16, yr, n * 2), 0);
+  gj_gelu_backward(g, r, x, n);
+  gj_bf16_round(gr, g, n);
+  memcpy(dx, r, n * sizeof(float));
+  gj_gelu_backward16(dx, g16, dx, x16, n);
+  ck_assert_int_eq(memcmp(dx, g, n * sizeof(float)), 0);
+  ck_assert_int_eq(memcmp(g16, gr, n * 2), 0);
+  free(x), free(y), free(r), free(g), free(dx), free(xd), free(rd);
+  free(x16), free(y16), free(yr), free(g16), free(gr);
+}
+END_TEST
+
 /* ---- rotary ---- */
 typedef struct { int64_t B, T, Hl, Hd, R, pos0; const double *r; } rot_ctx;
 static void rot_ref(double *y, const double *x, const rot_ctx *c) {
@@ -548,6 +575,7 @@ int main(void) {
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_linear);
   tcase_add_test(tc, test_bf16_round);
+  tcase_add_test(tc, test_gelu_bf16);
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gelu);

@@ -36,7 +36,7 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 35
+#define GJ_ACT_ITEMS 36
 typedef struct { float **p; size_t n; } act_item;
 
 /* Saturating size arithmetic for the activation sizes: a product that overflows becomes
@@ -78,8 +78,8 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
-  /* bf16 training: q, k, v per layer as bf16 copies only (see lean_qkv); bf16 decode: the
-   * KV cache in bfloat16 only, the float k, v one layer's new rows */
+  /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only (see
+   * lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
   size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
   size_t ND = smul(N, D), NDl = smul(N, Dl), gD = nograd ? 0 : ND, gDl = nograd ? 0 : NDl;
@@ -91,7 +91,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   act_item items[GJ_ACT_ITEMS] = {
       {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
       {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
-      {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Ls, N, Fl)},
+      {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Lq, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
       {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
@@ -103,6 +103,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0},
       {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
       {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
+      {(float **)&a->pre16, lean ? shalf(smul3(Ls, N, Fl)) : 0},
   };
   memcpy(fl, items, sizeof items);
 }
@@ -244,7 +245,8 @@ void gj_model_free(gj_model *m) {
 
 
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
- * attention backward reads), in one float slot otherwise. */
+ * attention backward reads), and the fc_in output only as its bf16 copy (GELU's input), each
+ * in one float slot otherwise. */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
 /* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
@@ -258,7 +260,8 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   gj_block_bufs b = {a->resid + (fwd ? 0 : l) * NC * D, a->resid + (fwd ? 0 : l + 1) * NC * D,
                      a->h + s * NC * D, a->ln_mean + s * NC, a->ln_rstd + s * NC,
                      a->q + sq * NC * Dl, a->k + sq * NC * Dl, a->v + sq * NC * Dl,
-                     a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + s * NC * m->Fl,
+                     a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + sq * NC * m->Fl,
+                     a->pre16 ? a->pre16 + s * NC * m->Fl : NULL,
                      a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
                      a->qkv16 && !fwd ? a->qkv16 + n16 * 3 * NC * Dl : NULL, NULL};
   return b;
@@ -312,6 +315,7 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
                                            Tk * Dl));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
                                         p->fc_in_b, N, D, Fl, 0));
+  if (b->pre16) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
 }
 
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
@@ -321,11 +325,14 @@ int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64
   const int64_t N = B * T, D = m->c.n_embd, Dl = m->Dl, Fl = m->Fl;
   float *x = b->x, *xo = b->xo;
   layer_acts(m, l, b, B, T, pos0);
-  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, b->pre, N * Fl));
+  /* gelu of the bf16 copy goes straight to bf16 (fc_out's operand), else to dact */
+  const gj_bf16 *act16 = b->pre16 ? a->g16 : NULL;
+  if (act16) TIMED(GJ_PROF_ELEM, gj_gelu_forward16(a->g16, b->pre16, N * Fl));
+  else TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, b->pre, N * Fl));
   /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce; fc_out's
    * (replicated) bias is added by tp_rank 0 only, so that the sum holds it once. */
   TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, b->att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
-        gj_linear_forward(a->y, a->dact, NULL, p->fc_out_w, W16(p->fc_out_w),
+        gj_linear_forward(a->y, a->dact, act16, p->fc_out_w, W16(p->fc_out_w),
                           m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
   double t0 = m->prof ? gj_now() : 0;
@@ -437,17 +444,20 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
   float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
   float *pre = lb.pre;
-  const gj_bf16 *h16 = a->h16, *dx16;
+  const gj_bf16 *h16 = a->h16, *dx16, *act16 = lb.pre16 ? a->g16 : NULL;
   /* dx is the gradient of the block output; both branches receive it unchanged. */
-  /* fc_out: its input gelu(pre) is recomputed into dact for the weight gradient, which
-   * then receives the input gradient. */
-  TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, pre, N * Fl); dx16 = round16(a->dx16, a->dx, N * D));
+  /* fc_out: its input gelu(pre) is recomputed into dact (into g16 from pre's bf16 copy) for
+   * the weight gradient; dact then receives the input gradient. */
+  TIMED(GJ_PROF_ELEM, if (act16) gj_gelu_forward16(a->g16, lb.pre16, N * Fl);
+        else gj_gelu_forward(a->dact, pre, N * Fl);
+        dx16 = round16(a->dx16, a->dx, N * D));
   TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
-                                         NULL, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
+                                         act16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
         gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
   const gj_bf16 *g16;
-  TIMED(GJ_PROF_ELEM, gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
-        g16 = round16(a->g16, a->dact, N * Fl));
+  TIMED(GJ_PROF_ELEM, if (act16) gj_gelu_backward16(a->dact, a->g16, a->dact, lb.pre16, N * Fl);
+        else gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+        g16 = act16 ? act16 : round16(a->g16, a->dact, N * Fl));
   TIMED(GJ_PROF_GEMM,
         gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
                            W16(p->fc_in_w), N, D, Fl, 0);

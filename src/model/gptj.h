@@ -22,7 +22,8 @@ typedef struct {
   float *q, *k, *v;         /* [L, N, Dl] (q, k after rotary) */
   float *att;               /* [L, N, Dl] attention output before out_proj */
   float *lse;               /* [L, B, Hl, T] attention log-sum-exp */
-  float *pre;               /* [L, N, Fl] fc_in output (gelu of it is recomputed) */
+  float *pre;               /* [L, N, Fl] fc_in output (gelu of it is recomputed); one slot
+                             * in bf16 training, which keeps pre16 instead */
   float *lnf_mean, *lnf_rstd; /* [N] */
   float *xf;                /* [N, D] ln_f output */
   float *logits;            /* [N, Vl] (a training model: [GJ_HEAD_ROWS, Vl], one block);
@@ -43,6 +44,8 @@ typedef struct {
   gj_bf16 *g16;             /* d act [N, Fl], d q/k/v [N, Dl] or a block of d logits */
   gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward);
                              * [3, N, Dl] forward-only; [N, Dl] q alone when decoding */
+  gj_bf16 *pre16;           /* bf16 training: [L, N, Fl] the fc_in outputs, in bfloat16 only
+                             * (GELU then reads its input rounded, as under autocast) */
   gj_bf16 *kv16;            /* decode in bf16: the KV cache [L, 2, Hl, Tmax, Hd] (each layer's
                              * keys, then values, head-major), the only copy of it: k and v
                              * then hold one layer's new rows [N, Dl] */
@@ -145,6 +148,8 @@ typedef struct {
   float *att;         /* [N, Dl] attention output before out_proj */
   float *lse;         /* [B, Hl, T] attention log-sum-exp (NULL: not kept) */
   float *pre;         /* [N, Fl] fc_in output (gelu of it goes to the dact work buffer) */
+  gj_bf16 *pre16;     /* bf16 training: [N, Fl] its bf16 copy, the one kept (gelu of it goes to
+                       * the g16 work buffer); NULL: none */
   gj_bf16 *qkv16;     /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL: none; pos0 = 0),
                        * or with kv16 [NC, Dl] the copy of q */
   gj_bf16 *datt16;    /* bf16: [NC, Dl] head-major copy of d att (backward only) */
