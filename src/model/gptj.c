@@ -78,7 +78,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
-  /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only (see
+  /* bf16 training: q, k, v, the ln_1 and the fc_in outputs per layer as bf16 copies only (see
    * lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
   size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
@@ -90,7 +90,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
   act_item items[GJ_ACT_ITEMS] = {
       {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
-      {&a->h, smul(Ls, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
+      {&a->h, smul(Lq, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
       {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Lq, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
@@ -99,7 +99,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
-      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
+      {(float **)&a->h16, bf ? shalf(smul(Lq16, ND)) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
       {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0},
       {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
       {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
@@ -245,8 +245,9 @@ void gj_model_free(gj_model *m) {
 
 
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
- * attention backward reads), and the fc_in output only as its bf16 copy (GELU's input), each
- * in one float slot otherwise. */
+ * attention backward reads), the ln_1 output as its bf16 copy (all that its four products
+ * read) and the fc_in output as its bf16 copy (GELU's input), each in one float slot
+ * otherwise. */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
 /* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
@@ -258,10 +259,11 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   const int64_t n16 = lean_qkv(m) ? (m->recompute ? 1 : m->c.n_layer) : 1;
   const int fwd = m->recompute == GJ_FORWARD; /* the residual stream in place, no backward */
   gj_block_bufs b = {a->resid + (fwd ? 0 : l) * NC * D, a->resid + (fwd ? 0 : l + 1) * NC * D,
-                     a->h + s * NC * D, a->ln_mean + s * NC, a->ln_rstd + s * NC,
+                     a->h + sq * NC * D, a->ln_mean + s * NC, a->ln_rstd + s * NC,
                      a->q + sq * NC * Dl, a->k + sq * NC * Dl, a->v + sq * NC * Dl,
                      a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + sq * NC * m->Fl,
                      a->pre16 ? a->pre16 + s * NC * m->Fl : NULL,
+                     a->h16 ? a->h16 + s16 * NC * D : NULL,
                      a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
                      a->qkv16 && !fwd ? a->qkv16 + n16 * 3 * NC * Dl : NULL, NULL};
   return b;
@@ -270,7 +272,7 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
 /* Layer l up to the inputs of its two output projections: ln_1, q/k/v with rotary, attention
  * and fc_in (gelu of it is recomputed where needed, into the dact work buffer, so that it is
  * never stored per layer). No communication: it can be recomputed in backward. In bf16 the
- * ln_1 output is rounded once into h16 for its four products. The new k, v rows go to rows
+ * ln_1 output is rounded once into its bf16 copy for its four products. The new k, v rows go to rows
  * pos0.. of b->k, b->v (one sequence when pos0 > 0), and the queries attend over all
  * pos0 + T keys. */
 static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
@@ -285,12 +287,13 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   assert(pos0 == 0 || (B == 1 && (!b->qkv16 || b->kv16)));
   /* [N, Dl] the new rows: after the earlier ones in a float cache */
   float *kn = b->kv16 ? b->k : b->k + pos0 * Dl, *vn = b->kv16 ? b->v : b->v + pos0 * Dl;
+  gj_bf16 *h16 = b->h16 ? b->h16 : a->h16;
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
                                            (float)c->layer_norm_epsilon);
-        round16(a->h16, b->h, N * D));
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, a->h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
-        gj_linear_forward(kn, b->h, a->h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
-        gj_linear_forward(vn, b->h, a->h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
+        round16(h16, b->h, N * D));
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
+        gj_linear_forward(kn, b->h, h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
+        gj_linear_forward(vn, b->h, h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
   TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
         gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
   const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
@@ -313,7 +316,7 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, Tkc,
                                            a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
                                            Tk * Dl));
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, a->h16, p->fc_in_w, W16(p->fc_in_w),
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
                                         p->fc_in_b, N, D, Fl, 0));
   if (b->pre16) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
 }
@@ -441,10 +444,10 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   gj_block_ptrs *gp = &m->G.h[l];
   gj_block_bufs lb = layer_at(m, l);
   if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
-  else TIMED(GJ_PROF_ELEM, round16(a->h16, lb.h, N * D));
+  else if (!lean_qkv(m)) TIMED(GJ_PROF_ELEM, round16(lb.h16, lb.h, N * D)); /* lean: kept */
   float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
   float *pre = lb.pre;
-  const gj_bf16 *h16 = a->h16, *dx16, *act16 = lb.pre16 ? a->g16 : NULL;
+  const gj_bf16 *h16 = lb.h16, *dx16, *act16 = lb.pre16 ? a->g16 : NULL;
   /* dx is the gradient of the block output; both branches receive it unchanged. */
   /* fc_out: its input gelu(pre) is recomputed into dact (into g16 from pre's bf16 copy) for
    * the weight gradient; dact then receives the input gradient. */

@@ -39,7 +39,8 @@ typedef struct {
   float *attn_scratch;
   float *rot_cos, *rot_sin; /* [Tmax, R/2]: the positions a forward can reach */
   /* bf16 precision only (NULL in float32): bfloat16 copies of GEMM operands used twice or more */
-  gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output */
+  gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output; [L, N, D] in bf16
+                             * training, which keeps it instead of h (then one slot) */
   gj_bf16 *dx16;            /* [N, D] the current layer's output gradient */
   gj_bf16 *g16;             /* d act [N, Fl], d q/k/v [N, Dl] or a block of d logits */
   gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward);
@@ -150,6 +151,8 @@ typedef struct {
   float *pre;         /* [N, Fl] fc_in output (gelu of it goes to the dact work buffer) */
   gj_bf16 *pre16;     /* bf16 training: [N, Fl] its bf16 copy, the one kept (gelu of it goes to
                        * the g16 work buffer); NULL: none */
+  gj_bf16 *h16;       /* bf16: [N, D] the ln_1 output's bf16 copy (in training the one kept of
+                       * it); NULL: a->h16 */
   gj_bf16 *qkv16;     /* bf16: [3, NC, Dl] head-major copies of q, k, v (NULL: none; pos0 = 0),
                        * or with kv16 [NC, Dl] the copy of q */
   gj_bf16 *datt16;    /* bf16: [NC, Dl] head-major copy of d att (backward only) */
