@@ -300,6 +300,7 @@ rows=(
 "0|nocorpus: no token datasets in the directory|train --data 1:$w/ok.h5,1:$w/nocorpus --steps 1"
 "0|--data: corpus $w/short.h5 has 3 tokens, fewer than one window of seq_len + 1 = 17 in each shard|train --data 1:$w/ok.h5,1:$w/short.h5 --seq-len 16 --steps 1"
 "2|--data: 'x' in 'x:$w/ok.h5' is not a weight|train --data x:$w/ok.h5 --steps 1"
+"0|--data: weight 1e-300 of '$w/ok.h5' is too small beside the largest, 1e+300 (its share underflows to 0)|train --data 1e-300:$w/ok.h5,1e300:$w/ok.h5 --steps 1"
 "0|--seq-len 4096 exceeds n_positions 128|train --data $w/ok.h5 --seq-len 4096"
 "0|--precision fp16: unknown precision (fp32, bf16)|train --data $w/ok.h5 --precision fp16"
 "0|--gemm mkl: unknown backend (auto, openblas, onednn)|train --data $w/ok.h5 --gemm mkl"
