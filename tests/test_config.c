@@ -350,7 +350,8 @@ START_TEST(test_data_spec) {
       {"nan:%s/one.h5", "is not a weight"}, {"1e999:%s/one.h5", "is not a weight"}, {":%s/one.h5", "is not a weight"},
       {"1:%s/one.h5+%s/missing.h5", "missing.h5"}, {"1:%s/one.h5,,1:%s/one.h5", "empty item"},
       {"1:%s/one.h5+", "empty shard"}, {"2:", "without a path"}, {"%s/shards/README-none", "README-none"},
-      {"1e-300:%s/one.h5,1e300:%s/one.h5", "weight 1e-300 of"}, {"", "empty"}};
+      {"1e-300:%s/one.h5,1e300:%s/one.h5", "weight 1e-300 of"},
+      {"0x10:%s/one.h5", "'0x10' in"}, {" 1:%s/one.h5", "' 1' in"}, {"1e+:%s/one.h5", "is not a weight"}, {"", "empty"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(spec, sizeof spec, bad[i].fmt, dir, dir);
     ck_assert_int_eq(gj_data_open(&d, spec, "--data", 0), -1);

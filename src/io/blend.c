@@ -102,14 +102,18 @@ static int split_weight(const char *flag, const char *item, double *w, const cha
   if (!colon || exists(item)) return 0;
   char num[64];
   size_t len = (size_t)(colon - item);
-  char *end = NULL;
-  if (len > 0 && len < sizeof num) {
+  int ok = 0;
+  /* a decimal number only: strtod would also take leading blanks, hexadecimal (0x10 = 16) and
+     hexadecimal exponents, none of which Megatron's weights are */
+  if (len > 0 && len < sizeof num && strspn(item, "0123456789.eE+-") == len) {
+    char *end;
     memcpy(num, item, len), num[len] = 0;
     errno = 0;
     *w = strtod(num, &end);
+    ok = !*end && !errno && isfinite(*w);
   }
-  if (len == 0 || len >= sizeof num || *end || errno || !isfinite(*w))
-    return GJ_FAIL("%s: '%.*s' in '%s' is not a weight (WEIGHT:PATH, WEIGHT a positive number)", flag,
+  if (!ok)
+    return GJ_FAIL("%s: '%.*s' in '%s' is not a weight (WEIGHT:PATH, WEIGHT a positive decimal number)", flag,
                    (int)len, item, item);
   if (!(*w > 0)) return GJ_FAIL("%s: weight %g of '%s' is not positive", flag, *w, colon + 1);
   *corpus = colon + 1;
