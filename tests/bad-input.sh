@@ -259,6 +259,10 @@ mg("mg_ok"); mg("mg_ptr", ptr_shift=2); mg("mg_magic", magic=b"MMIDIDY\x00\x00")
 mg("mg_nobin", bin=False); mg("mg_trunc", cut=10); mg("mg_head", cut=80); mg("mg_huge", nseq=1 << 62)
 mg("mg_big", ids=[1, 2, 60000, 3] * 1000, code=4, fmt="<i")
 PY
+# a good index beside a FIFO (whose open would block) or a directory as the .bin, and the reverse
+mkfifo "$w/mg_fifo.bin" && cp "$w/mg_ok.idx" "$w/mg_fifo.idx"
+mkdir -p "$w/mg_dir.bin" && cp "$w/mg_ok.idx" "$w/mg_dir.idx"
+cp "$w/mg_ok.bin" "$w/mg_fifx.bin" && mkfifo "$w/mg_fifx.idx"
 # np | expected text in the error | command (after gptj)
 rows=(
 "0|unknown command 'trian'|trian"
@@ -289,17 +293,22 @@ rows=(
 "0|mg_huge.idx: 98 bytes, too few for its 4611686018427387904 sequences and 2 document indices|info $w/mg_huge.idx"
 "2|mg_ptr.idx: sequence 3 starts at byte 6002|eval --checkpoint $ck --data $w/mg_ptr"
 "0|mg_magic.idx: not a Megatron index|info $w/mg_magic"
+"0|mg_fifo.bin: is a FIFO (pipe); it is read at random offsets|train --data $w/mg_fifo --steps 1"
+"0|mg_fifx.idx: is a FIFO (pipe); it is read at random offsets|info $w/mg_fifx"
+"0|mg_dir.bin: is a directory, expected a file|train --data 1:$w/ok.h5,1:$w/mg_dir --steps 1"
 "0|mg_big.bin: token 386 has id 60000, not below the vocabulary size 50400|train --data $w/mg_big --seq-len 16 --micro-batch 1 --steps 1 --seed 2 --run-dir $w/rmg"
 "0|bigid.h5: token 82 has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --seed 2 --run-dir $w/rbig"
 "2|has id 60000, not below the vocabulary size 50400|train --data $w/bigid.h5 --seq-len 16 --micro-batch 1 --steps 1 --run-dir $w/rbig"
 "0|fewer than one window|train --data $w/short.h5 --seq-len 16"
-"0|--data: 'half' in 'half:$w/ok.h5' is not a weight (WEIGHT:PATH, WEIGHT a positive number)|train --data half:$w/ok.h5,0.5:$w/ok.h5 --steps 1"
+"0|--data: 'half' in 'half:$w/ok.h5' is not a weight (WEIGHT:PATH, WEIGHT a positive decimal number)|train --data half:$w/ok.h5,0.5:$w/ok.h5 --steps 1"
+"0|--data: '0x10' in '0x10:$w/ok.h5' is not a weight|train --data 0x10:$w/ok.h5,1:$w/ok.h5 --steps 1"
 "0|--data: weight 0 of '$w/ok.h5' is not positive|train --data 0.5:$w/ok.h5,0:$w/ok.h5 --steps 1"
 "0|missing-shard.h5|train --data 0.5:$w/ok.h5,0.5:$w/ok.h5+$w/missing-shard.h5 --steps 1"
 "0|--data: an empty item|train --data 0.5:$w/ok.h5,,0.5:$w/ok.h5 --steps 1"
 "0|nocorpus: no token datasets in the directory|train --data 1:$w/ok.h5,1:$w/nocorpus --steps 1"
 "0|--data: corpus $w/short.h5 has 3 tokens, fewer than one window of seq_len + 1 = 17 in each shard|train --data 1:$w/ok.h5,1:$w/short.h5 --seq-len 16 --steps 1"
 "2|--data: 'x' in 'x:$w/ok.h5' is not a weight|train --data x:$w/ok.h5 --steps 1"
+"0|--data: weight 1e-300 of '$w/ok.h5' is too small beside the largest, 1e+300 (its share underflows to 0)|train --data 1e-300:$w/ok.h5,1e300:$w/ok.h5 --steps 1"
 "0|--seq-len 4096 exceeds n_positions 128|train --data $w/ok.h5 --seq-len 4096"
 "0|--precision fp16: unknown precision (fp32, bf16)|train --data $w/ok.h5 --precision fp16"
 "0|--gemm mkl: unknown backend (auto, openblas, onednn)|train --data $w/ok.h5 --gemm mkl"

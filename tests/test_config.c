@@ -340,12 +340,18 @@ START_TEST(test_data_spec) {
   ck_assert_uint_eq(gj_data_corpus_tokens(&d, 0), 297);
   ck_assert_uint_eq(d.n_tokens, 297 + 2 * 97 + 96);
   gj_data_free(&d);
+  /* weights whose sum overflows: the shares are still theirs (not 0, which no checkpoint holds) */
+  snprintf(spec, sizeof spec, "1e308:%s/one.h5,1e308:%s/one.h5,5e307:%s/one.h5", dir, dir, dir);
+  ck_assert_msg(gj_data_open(&d, spec, "--data", 0) == 0, "%s", gj_errmsg());
+  ck_assert(fabs(d.weight[0] - 0.4) < 1e-15 && fabs(d.weight[1] - 0.4) < 1e-15 && fabs(d.weight[2] - 0.2) < 1e-15);
+  gj_data_free(&d);
   struct { const char *fmt, *err; } bad[] = {
       {"abc:%s/one.h5", "is not a weight"}, {"0:%s/one.h5", "not positive"}, {"-1:%s/one.h5", "not positive"},
       {"nan:%s/one.h5", "is not a weight"}, {"1e999:%s/one.h5", "is not a weight"}, {":%s/one.h5", "is not a weight"},
       {"1:%s/one.h5+%s/missing.h5", "missing.h5"}, {"1:%s/one.h5,,1:%s/one.h5", "empty item"},
       {"1:%s/one.h5+", "empty shard"}, {"2:", "without a path"}, {"%s/shards/README-none", "README-none"},
-      {"", "empty"}};
+      {"1e-300:%s/one.h5,1e300:%s/one.h5", "weight 1e-300 of"},
+      {"0x10:%s/one.h5", "'0x10' in"}, {" 1:%s/one.h5", "' 1' in"}, {"1e+:%s/one.h5", "is not a weight"}, {"", "empty"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(spec, sizeof spec, bad[i].fmt, dir, dir);
     ck_assert_int_eq(gj_data_open(&d, spec, "--data", 0), -1);

@@ -332,6 +332,13 @@ static int setup_resume(train_ctx *x) {
   gj_adamw_hp hp = {o->lr, o->beta1, o->beta2, o->eps, o->wd, o->clip};
   gj_schedule sched = {o->lr, o->warmup, o->decay_steps, o->floor};
   if (x->meta.has_optim && x->g.rank == 0) warn_changed(&x->meta, &hp, &sched, (uint64_t)o->seed);
+  /* the loader's checks see counts and shares, not files: shards reordered or swapped for
+     others of as many windows pass them, yet give other windows. A warning, not a refusal:
+     the same files under another path resume exactly. */
+  if (x->resumed && x->g.rank == 0 && x->meta.loader.data[0] && strcmp(x->meta.loader.data, x->loader.st.data))
+    gj_warn("--data %s differs from the checkpoint's %s: the data order continues by position, so it "
+            "is the same windows only if the corpora and their shards are the same files in the same order",
+            x->loader.st.data, x->meta.loader.data);
   x->meta.hp = hp, x->meta.sched = sched;
   rc = x->g.rank == 0 ? check_run_dir(o, x->resumed, x->meta.step, (double)x->st.lay.n_global) : 0;
   return gj_agree(x->g.world, rc);

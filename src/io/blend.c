@@ -102,14 +102,18 @@ static int split_weight(const char *flag, const char *item, double *w, const cha
   if (!colon || exists(item)) return 0;
   char num[64];
   size_t len = (size_t)(colon - item);
-  char *end = NULL;
-  if (len > 0 && len < sizeof num) {
+  int ok = 0;
+  /* a decimal number only: strtod would also take leading blanks, hexadecimal (0x10 = 16) and
+     hexadecimal exponents, none of which Megatron's weights are */
+  if (len > 0 && len < sizeof num && strspn(item, "0123456789.eE+-") == len) {
+    char *end;
     memcpy(num, item, len), num[len] = 0;
     errno = 0;
     *w = strtod(num, &end);
+    ok = !*end && !errno && isfinite(*w);
   }
-  if (len == 0 || len >= sizeof num || *end || errno || !isfinite(*w))
-    return GJ_FAIL("%s: '%.*s' in '%s' is not a weight (WEIGHT:PATH, WEIGHT a positive number)", flag,
+  if (!ok)
+    return GJ_FAIL("%s: '%.*s' in '%s' is not a weight (WEIGHT:PATH, WEIGHT a positive decimal number)", flag,
                    (int)len, item, item);
   if (!(*w > 0)) return GJ_FAIL("%s: weight %g of '%s' is not positive", flag, *w, colon + 1);
   *corpus = colon + 1;
@@ -146,6 +150,28 @@ static int parse(gj_data *d, const char *spec, const char *flag, paths *p) {
   return rc;
 }
 
+/* The weights as shares, each over their sum. When the sum overflows (1e308 + 1e308: every
+ * share would be 0), the weights are first taken over the largest; otherwise the shares are
+ * w / sum as they always were (a checkpoint's shares must compare equal on resume). A share
+ * that underflows to 0 (1e-300 beside 1e300) is refused: that corpus would never be drawn,
+ * and a checkpoint stores a share in (0, 1]. */
+static int normalise(gj_data *d, const char *flag) {
+  double top = 0, sum = 0, w[GJ_MAX_CORPORA];
+  for (int k = 0; k < d->n_corpora; k++) w[k] = d->weight[k], top = fmax(top, w[k]), sum += w[k];
+  double scale = isinf(sum) ? top : 1;
+  if (scale != 1) {
+    sum = 0;
+    for (int k = 0; k < d->n_corpora; k++) sum += w[k] / scale;
+  }
+  for (int k = 0; k < d->n_corpora; k++) {
+    d->weight[k] = w[k] / scale / sum;
+    if (!(d->weight[k] > 0))
+      return GJ_FAIL("%s: weight %g of '%s' is too small beside the largest, %g (its share underflows to 0)",
+                     flag, w[k], d->name[k], top);
+  }
+  return 0;
+}
+
 int gj_data_open(gj_data *d, const char *spec, const char *flag, int64_t max_vocab) {
   memset(d, 0, sizeof *d);
   paths p = {0};
@@ -156,9 +182,7 @@ int gj_data_open(gj_data *d, const char *spec, const char *flag, int64_t max_voc
     if (!rc) d->n_shards = i + 1, d->n_tokens += d->shard[i].n_tokens;
   }
   paths_free(&p);
-  double sum = 0;
-  for (int k = 0; k < d->n_corpora; k++) sum += d->weight[k];
-  for (int k = 0; k < d->n_corpora; k++) d->weight[k] /= sum;
+  if (!rc) rc = normalise(d, flag);
   if (rc) gj_data_free(d);
   return rc;
 }

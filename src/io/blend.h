@@ -3,7 +3,7 @@
  * Megatron PREFIX.bin + PREFIX.idx pairs).
  *
  *   spec   := item (',' item)*
- *   item   := [WEIGHT ':'] corpus        WEIGHT: a positive number (default 1); the shares are
+ *   item   := [WEIGHT ':'] corpus        WEIGHT: a positive decimal number (default 1); the shares are
  *                                        the weights over their sum
  *   corpus := path ('+' path)*           shards read one after the other
  *   path   := a dataset file, a Megatron prefix, or a directory: its *.h5 files and Megatron

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "io/outfile.h"
 
 #define HEADER 34 /* magic 9 + version 8 + dtype 1 + S 8 + D 8 */
 
@@ -32,6 +33,14 @@ int gj_megatron_is(const char *path, char *prefix, size_t n) {
   if (stat(idx, &sb) != 0) return 0;
   snprintf(prefix, n, "%s", path);
   return 1;
+}
+
+/* A .bin or .idx that exists must be a regular file: open() of a FIFO blocks until a writer
+ * comes (a hang), and a directory's size is no token count. A missing one is left to open(),
+ * whose message says what a Megatron dataset is. */
+static int check_regular(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) ? 0 : gj_outfile_check_input(path, NULL, GJ_IN_SEEK);
 }
 
 static uint64_t le64(const unsigned char *p) {
@@ -124,6 +133,7 @@ static int dtype_of(int code, int *is_signed, const char **name) {
 }
 
 static int open_index(gj_dataset *d, const char *idx, const char *bin, uint64_t bin_size) {
+  GJ_TRY(check_regular(idx));
   int fd = open(idx, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return GJ_FAIL("%s: %s", idx, strerror(errno));
   struct stat sb;
@@ -172,6 +182,7 @@ int gj_megatron_open(gj_dataset *d, const char *prefix, int64_t max_vocab) {
   snprintf(idx, sizeof idx, "%s.idx", prefix);
   snprintf(d->path, sizeof d->path, "%s.bin", prefix);
   snprintf(d->format, sizeof d->format, "megatron-mmidx");
+  GJ_TRY(check_regular(d->path));
   int fd = open(d->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return GJ_FAIL("%s: %s (a Megatron dataset is PREFIX.bin and PREFIX.idx)", d->path, strerror(errno));
   struct stat sb;
