@@ -327,6 +327,8 @@ rows=(
 "0|config.json: n_embd = 1099511627776 is out of range [1, 65536]|generate --hf $w/h_huge --prompt-ids 1"
 "2|config.json: 'n_inner' = -1 is negative|eval --hf $w/h_neg --data $w/ok.h5"
 "0|missing.h5: No such file|eval --checkpoint $w/missing.h5 --data $w/ok.h5"
+"0|--data $w/ok.h5,$w/ok.h5: eval scores one dataset (a file or a Megatron prefix), not a blend or list of shards|eval --checkpoint $ck --data $w/ok.h5,$w/ok.h5"
+"0|--data $w/nocorpus: eval scores one dataset (a file or a Megatron prefix), not a directory|eval --checkpoint $ck --data $w/nocorpus"
 "0|--stride 64 exceeds --seq-len 16|eval --checkpoint $ck --data $w/ok.h5 --seq-len 16 --stride 64"
 "0|give one of --prompt or --prompt-ids|generate --checkpoint $ck"
 "0|id 99999 outside|generate --checkpoint $ck --prompt-ids 1,99999"

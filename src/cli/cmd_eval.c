@@ -120,7 +120,7 @@ int gj_cmd_eval(int argc, char **argv) {
   gj_opt opts[] = {
       {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to evaluate (or --hf)", 1, 0},
       {"hf", GJ_OPT_STR, &hf, GJ_HF_HELP, 1, 0},
-      {"data", GJ_OPT_STR, &data, "token dataset, required", 1, 0},
+      {"data", GJ_OPT_STR, &data, "one token dataset (a file or a Megatron prefix), required", 1, 0},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size (windows are spread over DP = ranks / TP)", 1, 4096},
       {"seq-len", GJ_OPT_I64, &T, "window length T (0: n_positions)", 0, 1 << 20},
       {"stride", GJ_OPT_I64, &S, "sliding-window stride S (0: T, non-overlapping windows)", 0, 1 << 20},
@@ -148,6 +148,16 @@ int gj_cmd_eval(int argc, char **argv) {
   }
   if (!data) {
     rc = GJ_FAIL("--data: required");
+    goto done;
+  }
+  /* train's --data takes blends, shard lists and directories; eval scores one dataset */
+  struct stat sb;
+  char prefix[GJ_PATH_BUF];
+  int found = stat(data, &sb) == 0;
+  if (found ? S_ISDIR(sb.st_mode)
+            : strpbrk(data, ",+:") && !gj_megatron_is(data, prefix, sizeof prefix)) {
+    rc = GJ_FAIL("--data %s: eval scores one dataset (a file or a Megatron prefix), not a %s; "
+                 "evaluate each dataset on its own", data, found ? "directory" : "blend or list of shards");
     goto done;
   }
   rc = load_model(&st, &m, &g, ckpt, hf, tp, B, &T, GJ_FORWARD, gemm, prec, mem_gb,
