@@ -29,7 +29,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 typedef struct {
-  int64_t B, T, steps, warmup, tp, zero, recompute;
+  int64_t B, T, steps, warmup, tp, zero, recompute, oib;
   const char *json, *gemm, *prec;
 } bench_opts;
 
@@ -76,6 +76,8 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1", 0, 1},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: activation recomputation", 0, 1},
+      {"optimizer-in-backward", GJ_OPT_I64, &o->oib, "1: AdamW applied part by part during backward (as gptj "
+       "train's; the bench then runs without gradient clipping, which otherwise is 1.0)", 0, 1},
       {"precision", GJ_OPT_STR, &o->prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
       {"json", GJ_OPT_STR, &o->json, "also write the results as one JSON object to this file", 1, 0},
@@ -91,7 +93,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
   if (o->T > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->T, (long long)x->c.n_positions);
   if (o->json) GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", o->json}, 1, NULL, 0)); /* before the work */
-  return 0;
+  return gj_oib_check(o->oib, 0, o->zero);
 }
 
 /* The grid, the GEMM choice, the memory check, the state, the network and the trainer. */
@@ -104,15 +106,18 @@ static int setup(bench_ctx *x) {
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1, o->B,
                         o->T, omp_get_max_threads()));
+  if (o->oib) GJ_TRY(gj_state_oib_grad_bytes(&x->c, x->g.tp_size, &ms.grads));
   GJ_TRY(gj_mem_check(x->g.world, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16,
                       "parameters, gradients, AdamW, activations and bf16 copies",
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
-  int rc = gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
+  int rc = o->oib ? gj_state_create_lazy_grads(&x->st, &x->c, &x->g)
+                  : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
   if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->B, o->T, (int)o->recompute, 1);
   GJ_AGREE(x->g.world, rc);
   gj_params_init(&x->st.lay, &x->c, x->st.params, 1);
   gj_adamw_hp hp;
   gj_adamw_defaults(&hp);
+  if (o->oib) hp.grad_clip = 0;
   rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f);
   x->st_s = calloc(o->steps, sizeof(double));
   if (!rc && !x->st_s) rc = GJ_FAIL("out of memory");
@@ -180,10 +185,10 @@ static int figures(bench_ctx *x, bench_figures *f) {
 static void print_figures(const bench_ctx *x, const bench_figures *f) {
   const bench_opts *o = &x->o;
   const gj_modelopts *mo = &x->mo;
-  gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld",
+  gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld%s",
           mo->config_file ? mo->config_file : mo->preset, mo->config_file ? "" : " (preset)", (long long)o->B,
           (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(), (long long)o->zero,
-          (long long)o->recompute);
+          (long long)o->recompute, o->oib ? ", optimizer in backward (no clipping)" : "");
   gj_info("GEMM: %s", gj_gemm_describe());
   gj_info("step %.3f s (median of %lld; min %.3f, max %.3f) | %.1f tokens/s", f->step, (long long)o->steps,
           x->st_s[0], x->st_s[o->steps - 1], f->tps);
@@ -206,10 +211,10 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
   FILE *fp = fopen(of.tmp, "w");
   if (!fp) return gj_outfile_abort(&of), GJ_FAIL("--json %s: cannot write", o->json);
   fprintf(fp, "{\"preset\": \"%s\", \"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
-          "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
+          "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
           "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
           x->mo.preset, (long long)o->B, (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(),
-          (long long)o->zero, (long long)o->recompute, gj_precision_name(gj_gemm_precision()),
+          (long long)o->zero, (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
           gj_gemm_describe(), gj_blas_core(), f->step, f->tps);
   fprintf(fp, "\"breakdown_s\": {");
   for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(fp, "\"%s\": %.6f, ", prof_names[k], x->prof[k]);

@@ -12,6 +12,8 @@
 #include "common.h"
 #include "model/flops.h"
 #include "model/gptj.h"
+#include "model/state.h"
+#include "train/step.h"
 
 /* Bytes one rank sends per step in ring all-reduces (2 (p-1)/p of the data). */
 static double ring(double bytes, int p) { return p > 1 ? 2.0 * (p - 1) / p * bytes : 0.0; }
@@ -40,7 +42,7 @@ static double mem_rate(int threads) {
 }
 
 int gj_cmd_plan(int argc, char **argv) {
-  int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, rpn = 1, threads = 0;
+  int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 1, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per micro-batch", 1, 1 << 20},
@@ -50,6 +52,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
       {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1", 0, 1},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
+      {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
+       "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
       {"threads", GJ_OPT_I64, &threads, "threads per rank (0: OMP_NUM_THREADS)", 0, 4096},
       {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "sgemm GFLOP/s of one rank (0: measure here on the model's shapes)", 0, 1e9},
       {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
@@ -73,8 +77,10 @@ int gj_cmd_plan(int argc, char **argv) {
   if (tokens > 4611686018427387904.0)
     return GJ_FAIL("--micro-batch %lld x --seq-len %lld x --grad-accum %lld x --dp %lld = %.3g tokens "
                    "per step, more than 2^62", (long long)B, (long long)T, (long long)A, (long long)dp, tokens);
+  GJ_TRY(gj_oib_check(oib, 0, zero));
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
+  if (oib && A == 1) GJ_TRY(gj_state_oib_grad_bytes(&c, (int)tp, &ms.grads));
   double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
@@ -103,12 +109,14 @@ int gj_cmd_plan(int argc, char **argv) {
   double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params);
   double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
   double t_dp_exposed = dp > 1 ? GJ_MAX(t_dp - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
+  if (oib && dp > 1) t_dp_exposed = t_dp; /* each part's reduction waited for before its update */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
-         "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s\n",
+         "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s\n",
          mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
          (long long)dp, (long long)tp, (long long)(dp * tp), (long long)B, (long long)T,
-         (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off");
+         (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off",
+         oib ? ", optimizer in backward" : "");
   printf("memory per rank:\n");
   printf("  parameters        %12.3f GB\n", ms.params / 1e9);
   printf("  gradients         %12.3f GB\n", ms.grads / 1e9);

@@ -33,7 +33,7 @@ typedef struct {
   const char *data, *valid_data, *run_dir, *resume, *gemm, *precision;
   int overwrite;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
-  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute;
+  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute, oib;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
 } train_opts;
 
@@ -51,6 +51,8 @@ static gj_opt *train_table(train_opts *o) {
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks", 0, 1},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: recompute each layer's activations in backward (less memory)", 0, 1},
+      {"optimizer-in-backward", GJ_OPT_I64, &o->oib, "1: update each part of the network as backward finishes its gradients, "
+       "holding about one part's gradients instead of all (needs --clip 0, not with --zero 1; same result)", 0, 1},
       {"micro-batch", GJ_OPT_I64, &o->micro_batch, "sequences per rank per forward", 1, 1 << 20},
       {"grad-accum", GJ_OPT_I64, &o->grad_accum, "micro-batches per step (global batch = micro-batch x grad-accum x DP)", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &o->seq_len, "tokens per sequence (0: n_positions)", 0, 1 << 20},
@@ -264,7 +266,7 @@ static int parse(train_ctx *x, int argc, char **argv) {
   if (o->seq_len > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->seq_len, (long long)x->c.n_positions);
   if (o->decay_steps == 0) o->decay_steps = o->steps;
-  return 0;
+  return gj_oib_check(o->oib, o->clip, o->zero);
 }
 
 /* The training and validation sets and the loader (agreed). */
@@ -293,6 +295,7 @@ static int setup_model(train_ctx *x) {
   gj_mem_sizes *ms = &x->ms;
   GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1,
                         o->micro_batch, o->seq_len, omp_get_max_threads()));
+  if (o->oib && o->grad_accum == 1) GJ_TRY(gj_state_oib_grad_bytes(&x->c, x->g.tp_size, &ms->grads));
   double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16;
   char detail[256];
   snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f",
@@ -305,7 +308,8 @@ static int setup_model(train_ctx *x) {
   if (x->g.rank == 0 && cores > 0 && (long)local * omp_get_max_threads() > cores)
     gj_warn("%d ranks x %d threads on %ld cores of this node: oversubscribed, which is slow; "
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
-  int rc = gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
+  int rc = o->oib ? gj_state_create_lazy_grads(&x->st, &x->c, &x->g)
+                  : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
   if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->micro_batch, o->seq_len, (int)o->recompute, 1);
   GJ_AGREE(x->g.world, rc);
   gj_params_init(&x->st.lay, &x->c, x->st.params, (uint64_t)o->seed);
@@ -392,8 +396,13 @@ static double print_summary(const train_ctx *x) {
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size, x->g.dp_size, x->g.tp_size);
-  gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB, bf16 weight copies %.1f MB",
-          x->st.bytes / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
+  if (x->st.grads_map) /* the optimizer in backward */
+    gj_info("memory per rank: parameters+AdamW %.1f MB, gradients %.1f MB at most at a time (optimizer "
+            "in backward), activations %.1f MB, bf16 weight copies %.1f MB", x->st.bytes / 1e6,
+            x->ms.grads / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
+  else
+    gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB, bf16 weight copies %.1f MB",
+            x->st.bytes / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
   int64_t G = x->o.micro_batch * x->o.grad_accum * x->g.dp_size, T = x->o.seq_len;
   gj_info("data: %s, %llu tokens, %llu windows of %lld; global batch %lld sequences = %lld tokens",
           x->o.data, (unsigned long long)x->train.n_tokens, (unsigned long long)x->loader.n_windows,

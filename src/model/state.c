@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -27,8 +28,12 @@ void *gj_arena_alloc(size_t bytes) {
   return p;
 }
 
-/* training = 0: the parameter block only. */
-static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training) {
+static void *map_lazy(size_t bytes);
+
+/* training = 0: the parameter block only; lazy = 1: the gradients in a mapping of their own
+ * (gj_state_create_lazy_grads). */
+static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training,
+                  int lazy) {
   memset(s, 0, sizeof *s);
   GJ_TRY(gj_config_validate(c));
   if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
@@ -40,29 +45,45 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
   s->numel_pad = np;
   s->lo = s->zero ? P * g->dp_rank : 0;
   s->n = training ? P : 0;
-  s->bytes = (training ? 2 * np + 2 * P : np) * sizeof(float);
+  lazy = lazy && training;
+  s->bytes = (training ? (lazy ? 1 : 2) * np + 2 * P : np) * sizeof(float);
   s->arena = gj_arena_alloc(s->bytes);
-  if (!s->arena) {
-    gj_layout_free(&s->lay);
-    return GJ_FAIL("out of memory: parameter arena of %zu bytes", s->bytes);
+  if (lazy) {
+    s->grads_map = np * sizeof(float);
+    s->grads = map_lazy(s->grads_map);
+    if (!s->grads) s->grads_map = 0;
+  }
+  if (!s->arena || (lazy && !s->grads)) {
+    size_t need = s->bytes + s->grads_map;
+    gj_state_free(s);
+    return GJ_FAIL("out of memory: parameter arena of %zu bytes", need);
   }
   s->params = s->arena;
-  if (training) s->grads = s->arena + np, s->m = s->arena + 2 * np, s->v = s->m + P;
+  if (training && !lazy) s->grads = s->arena + np;
+  if (training) s->m = s->arena + (lazy ? 1 : 2) * np, s->v = s->m + P;
   return 0;
 }
 
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero) {
-  return create(s, c, g, zero, 1);
+  return create(s, c, g, zero, 1, 0);
+}
+
+int gj_state_create_lazy_grads(gj_state *s, const gj_config *c, const gj_grid *g) {
+  return create(s, c, g, 0, 1, 1);
 }
 
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g) {
-  return create(s, c, g, 0, 0);
+  return create(s, c, g, 0, 0, 0);
 }
 
 /* An anonymous mapping whose pages become resident when written (not before). */
 static void *map_lazy(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
+  if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE); /* fewer faults where whole 2 MB pages are written */
+#endif
+  return p;
 }
 
 /* The bytes of a layout's weights held bf16-resident: GEMM weights and the embedding in bf16,
@@ -79,6 +100,21 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
   *bytes = resident16_bytes(&l);
   gj_layout_free(&l);
+  return 0;
+}
+
+int gj_state_oib_grad_bytes(const gj_config *c, int tp, size_t *bytes) {
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, c, tp, 0));
+  /* the parts backward reports final: [tail, numel), each block, [0, block 0) */
+  size_t hi = l.numel, big = 0;
+  for (int64_t k = c->n_layer; k >= -1; k--) {
+    size_t lo = k == c->n_layer ? gj_layout_tail(&l, 0)->offset : k >= 0 ? gj_layout_block(&l, k, 0)->offset : 0;
+    big = GJ_MAX(big, hi - lo);
+    hi = lo;
+  }
+  gj_layout_free(&l);
+  *bytes = big * sizeof(float) + 2 * (size_t)sysconf(_SC_PAGESIZE); /* and the pages at its ends */
   return 0;
 }
 
@@ -104,11 +140,24 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
 void gj_state_free(gj_state *s) {
   if (s->arena_map) munmap(s->arena, s->arena_map), s->arena = NULL;
   if (s->w16) munmap(s->w16, s->w16_bytes);
+  if (s->grads_map) munmap(s->grads, s->grads_map);
   free(s->arena);
   gj_layout_free(&s->lay);
   memset(s, 0, sizeof *s);
 }
 
 void gj_state_zero_grads(gj_state *s) {
-  if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float));
+  if (s->grads_map) gj_state_release_grads(s, 0, s->numel_pad);
+  else if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float));
+}
+
+void gj_state_release_grads(gj_state *s, size_t lo, size_t hi) {
+  if (!s->grads_map || lo >= hi) return;
+  /* whole pages from the one holding lo (unless it also holds floats below lo, which may not
+   * be consumed yet) up to the one holding hi - 1 (floats above hi were consumed before) */
+  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  size_t a = lo * sizeof(float), b = hi * sizeof(float);
+  a = (a + pg - 1) / pg * pg;
+  b = GJ_MIN((b + pg - 1) / pg * pg, (s->grads_map + pg - 1) / pg * pg);
+  if (a < b) madvise((char *)s->grads + a, b - a, MADV_DONTNEED); /* reads as zero again */
 }

@@ -31,6 +31,7 @@ typedef struct {
   gj_bf16 *w16;
   size_t w16_bytes;       /* the mapping's size */
   size_t arena_map;       /* the float block's mapping size (0: gj_arena_alloc'ed) */
+  size_t grads_map;       /* gj_state_create_lazy_grads: the gradient mapping's size (else 0) */
 } gj_state;
 
 /* Block and moment sizes of a table at DP size dp: np floats per block, P floats of each
@@ -40,6 +41,17 @@ void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P);
 /* Build the table for (c, g's TP rank) and allocate and touch the arena; parameters, gradients
  * and moments are zero. zero = 1: ZeRO-1 (a no-op on one DP rank). */
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero);
+/* The same without ZeRO, with the gradient block in a mapping of its own whose pages become
+ * resident when written and go back by gj_state_release_grads: for the optimizer in backward
+ * (train/step.h), which holds the gradients of one part of the network at a time. */
+int gj_state_create_lazy_grads(gj_state *s, const gj_config *c, const gj_grid *g);
+/* Gradients [lo, hi) are consumed, and [hi, numel_pad) before them: their pages go back to the
+ * system and read as zero (a no-op unless the state has lazy gradients). Ranges are released
+ * from the top down; the page holding lo is released with the next range below. */
+void gj_state_release_grads(gj_state *s, size_t lo, size_t hi);
+/* The gradient bytes resident at most under the optimizer in backward with one micro-batch a
+ * step: the largest part backward reports final (the head, a layer or the embedding). */
+int gj_state_oib_grad_bytes(const gj_config *c, int tp, size_t *bytes);
 /* The parameters alone, for inference (eval, generate): grads, m and v are NULL, n = 0. */
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g);
 /* The same with the GEMM weights and the embedding (gj_tensor_resident16) in bfloat16 only,

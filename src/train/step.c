@@ -10,6 +10,9 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
                     float zloss) {
   memset(t, 0, sizeof *t);
   t->st = st, t->m = m, t->g = g, t->hp = *hp, t->zloss = zloss;
+  t->oib = st->grads_map != 0;
+  if (t->oib && (hp->grad_clip > 0 || st->zero))
+    return GJ_FAIL("internal: the optimizer in backward with gradient clipping or ZeRO-1");
   size_t N = (size_t)m->Bmax * m->Tmax;
   t->ids = malloc(N * sizeof(int32_t));
   t->tg = malloc(N * sizeof(int32_t));
@@ -25,15 +28,70 @@ void gj_trainer_free(gj_trainer *t) {
   t->ids = t->tg = NULL;
 }
 
-/* Forward and backward of every micro-batch, and the DP reduction; *loss_sum is the summed
- * loss of this rank's micro-batches. */
-static int batch_grads(gj_trainer *t, const gj_step_in *in, double *loss_sum) {
+int gj_oib_check(int64_t oib, double clip, int64_t zero) {
+  if (!oib) return 0;
+  if (clip > 0)
+    return GJ_FAIL("--optimizer-in-backward 1 needs --clip 0: the global gradient norm a clip "
+                   "scales by is known only after the last part of the network is updated");
+  if (zero)
+    return GJ_FAIL("--optimizer-in-backward 1 and --zero 1 exclude each other: ZeRO-1 updates "
+                   "each rank's share after one reduce-scatter of all the gradients");
+  return 0;
+}
+
+/* The optimizer in backward: the last micro-batch's backward reports its gradients final from
+ * the top of the flat block down (the vocabulary head, each layer, the embedding); each range
+ * is reduced over DP, counted in the norm, applied and given back before backward goes on. */
+typedef struct {
+  gj_trainer *t;
+  const gj_step_in *in;
+  size_t hi;      /* [hi, numel_pad) is done */
+  double sumsq;   /* this rank's part of the squared norm (TP shards not yet summed) */
+  int bad;        /* a range was not finite: it and every range below it are not applied */
+  int applied;    /* some range was applied */
+  double dp_s, opt_s;
+} oib_run;
+
+static int oib_ready(void *ctx, size_t lo) {
+  oib_run *r = ctx;
+  gj_trainer *t = r->t;
+  gj_state *st = t->st;
+  gj_grid *g = t->g;
+  size_t hi = r->hi;
+  if (lo >= hi) return 0;
+  double t0 = gj_now();
+  if (g->dp_size > 1)
+    GJ_TRY(gj_allreduce_inplace(g->dp, st->grads + lo, hi - lo, MPI_FLOAT, MPI_SUM));
+  double t1 = gj_now();
+  if (r->in->inject_nan && hi == st->numel_pad) st->grads[lo] = NAN;
+  double s = gj_grad_sumsq(&st->lay, st->grads, g->tp_rank, lo, hi - lo);
+  r->sumsq += s;
+  /* the TP shards of a range agree on applying it (DP ranks hold the same sums) */
+  int bad = r->bad || !isfinite(s);
+  if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, &bad, 1));
+  r->bad = bad;
+  if (!bad) {
+    gj_adamw_update(&st->lay, st->params, st->grads, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
+                    r->in->step, r->in->lr, 1.0);
+    r->applied = 1;
+  }
+  gj_state_release_grads(st, lo, hi);
+  r->hi = lo;
+  r->dp_s += t1 - t0, r->opt_s += gj_now() - t1;
+  return 0;
+}
+
+/* Forward and backward of every micro-batch, and the DP reduction (the optimizer in backward:
+ * the reduction and the update, through oib); *loss_sum is the summed loss of this rank's
+ * micro-batches. */
+static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double *loss_sum) {
   gj_state *st = t->st;
   gj_state_zero_grads(st);
   gj_dp_begin(&t->dp);
   /* the last micro-batch's backward starts the DP reduction; under ZeRO-1 it is one
    * reduce-scatter after backward */
   gj_grad_hook hook = {gj_dp_ready, &t->dp};
+  if (t->oib) hook = (gj_grad_hook){oib_ready, oib};
   float scale = (float)(1.0 / in->n_targets);
   *loss_sum = 0;
   for (int64_t a = 0; a < in->A; a++) {
@@ -44,16 +102,17 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, double *loss_sum) {
                                      a == in->A - 1 && !st->zero ? &hook : NULL, &ls, &nv));
     *loss_sum += ls;
   }
+  if (t->oib) return oib->hi == 0 ? 0 : GJ_FAIL("internal: backward left gradients unreported");
   return st->zero ? gj_dp_reduce_scatter(&t->dp, st->n) : gj_dp_finish(&t->dp);
 }
 
 /* The global mean loss and the squared gradient norm: this rank's reduced range, then over
  * the TP shards (and, under ZeRO-1, over the DP ranges). */
-static int loss_and_norm(gj_trainer *t, double loss_sum, double red[2]) {
+static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, double red[2]) {
   gj_state *st = t->st;
   gj_grid *g = t->g;
   red[0] = loss_sum;
-  red[1] = gj_grad_sumsq(&st->lay, st->grads, g->tp_rank, st->lo, st->n);
+  red[1] = t->oib ? oib->sumsq : gj_grad_sumsq(&st->lay, st->grads, g->tp_rank, st->lo, st->n);
   if (st->zero) { /* every rank holds a distinct range: sum both over the world */
     GJ_TRY(gj_allreduce_sum_f64(g->world, red, 2));
     red[0] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
@@ -68,15 +127,27 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   gj_state *st = t->st;
   memset(out, 0, sizeof *out);
   double loss_sum;
-  GJ_TRY(batch_grads(t, in, &loss_sum));
-  out->dp_wait_s = t->dp.wait_s;
+  oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0};
+  GJ_TRY(batch_grads(t, in, &oib, &loss_sum));
+  out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
   double t0 = gj_now();
-  if (in->inject_nan) st->grads[st->lo] = NAN;
+  if (in->inject_nan && !t->oib) st->grads[st->lo] = NAN;
   double red[2];
-  GJ_TRY(loss_and_norm(t, loss_sum, red));
+  GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
   out->loss = red[0] / in->n_targets;
   out->grad_norm = sqrt(red[1]);
   out->finite = isfinite(out->loss) && isfinite(out->grad_norm);
+  if (t->oib) {
+    out->optim_s = oib.opt_s + gj_now() - t0;
+    if (!oib.applied) return 0; /* not finite from the first range on: skipped whole */
+    gj_model_weights_changed(t->m);
+    if (!out->finite)
+      return GJ_FAIL("step %lld: non-finite loss %g or gradient norm %g after part of the update "
+                     "was applied (--optimizer-in-backward cannot skip a step): the parameters "
+                     "in memory are damaged; resume from the last checkpoint", (long long)in->step,
+                     out->loss, out->grad_norm);
+    return 0;
+  }
   if (out->finite) {
     gj_adamw_update(&st->lay, st->params, st->grads, st->m, st->v, st->lo, st->n, &t->hp, in->step,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
