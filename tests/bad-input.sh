@@ -316,7 +316,6 @@ rows=(
 "0|--seq-len 4096 exceeds n_positions 128|train --data $w/ok.h5 --seq-len 4096"
 "0|--precision fp16: unknown precision (fp32, bf16)|train --data $w/ok.h5 --precision fp16"
 "0|--gemm mkl: unknown backend (auto, openblas, onednn)|train --data $w/ok.h5 --gemm mkl"
-"0|--gemm openblas: OpenBLAS has no bfloat16 GEMM|train --data $w/ok.h5 --gemm openblas --precision bf16"
 "2|--precision half: unknown precision|eval --checkpoint $ck --data $w/ok.h5 --precision half"
 "0|--gemm blis: unknown backend|generate --checkpoint $ck --prompt-ids 1 --gemm blis"
 "0|--precision: missing value|bench --precision"

@@ -164,13 +164,18 @@ START_TEST(test_gemm_backends) {
   ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_ONEDNN, GJ_PREC_F32), 0);
   if (f.amx_bf16 || f.avx512_bf16) {
     ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_ONEDNN, GJ_PREC_BF16), 0);
+    ck_assert_int_eq(gj_gemm_selftest(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0); /* on the FMA units */
     ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+    if (f.amx_bf16) ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_ONEDNN);
+    fprintf(stderr, "test_gemm_backends: bf16 auto: %s\n", gj_gemm_describe());
+    ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+    ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_OPENBLAS);
+    ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_ONEDNN, GJ_PREC_BF16), 0);
     ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_ONEDNN);
   } else {
     ck_assert_int_ne(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+    ck_assert_int_ne(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
   }
-  /* bf16 is refused on OpenBLAS, which has no bfloat16 GEMM here */
-  ck_assert_int_ne(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_ONEDNN, GJ_PREC_F32), 0);
   ck_assert_int_eq(gj_gemm_backend_in_use(), GJ_GEMM_ONEDNN);
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
@@ -201,7 +206,8 @@ START_TEST(test_linear_bf16) {
     fprintf(stderr, "test_linear_bf16: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
     return;
   }
-  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_AUTO, GJ_PREC_BF16), 0);
+  for (int be = 0; be < 2; be++) {
+  ck_assert_int_eq(gj_gemm_setup(be ? GJ_GEMM_OPENBLAS : GJ_GEMM_ONEDNN, GJ_PREC_BF16), 0);
   const int64_t N = 37, I = 70, O = 45;
   float *x = tu_falloc(N * I), *W = tu_falloc(O * I), *dy = tu_falloc(N * O);
   float *y = tu_falloc(N * O), *dx = tu_falloc(N * I), *dW = tu_falloc(O * I);
@@ -232,10 +238,52 @@ START_TEST(test_linear_bf16) {
     ref_product(ref, dy16, 1, O, x16, I, 1, O, I, N); /* dW = dy^T x */
     ck_assert_double_le(tu_rel(dW, ref, O * I), 1e-6);
   }
-  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
-  gj_gemm_finalize();
   free(x), free(W), free(dy), free(y), free(dx), free(dW), free(d), free(ref);
   free(x16), free(W16), free(dy16);
+  }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+}
+END_TEST
+
+/* bf16 on the FMA units widens an operand a piece at a time (4M floats, K cut at 4096): products
+ * whose operands exceed a piece, split along N (the vocabulary head's weight, with its bf16
+ * copy), along M (a transposed activation without one) and along K (d x = d logits W), equal
+ * the double-precision products of the bf16 operands to float32 accumulation accuracy, beta = 1
+ * accumulating. */
+START_TEST(test_gemm_bf16_pieces) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  if (!f.amx_bf16 && !f.avx512_bf16) {
+    fprintf(stderr, "test_gemm_bf16_pieces: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
+    return;
+  }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+  const int64_t M = 3, N = 9000, K = 1000; /* K N = 9M: three pieces of B */
+  float *a = tu_falloc(K * 9000), *b = tu_falloc(N * K), *c = tu_falloc(M * N);
+  double *d = tu_dalloc(N * K), *ref = tu_dalloc(9000 * 3);
+  tu_fill(a, d, K * 9000, 1.0), tu_fill(b, d, N * K, 1.0);
+  gj_bf16 *a16 = calloc(K * 9000, 2), *b16 = calloc(N * K, 2);
+  gj_bf16_round(a16, a, K * 9000), gj_bf16_round(b16, b, N * K);
+  /* C [3, 9000] = A [3, 1000] B^T, B [9000, 1000] given in bf16 */
+  for (int64_t i = 0; i < M * N; i++) c[i] = 1.0f;
+  gj_gemm(0, 1, M, N, K, 1.0f, a, NULL, K, NULL, b16, K, 1.0f, c, N);
+  ref_product(ref, a16, K, 1, b16, 1, K, M, N, K);
+  for (int64_t i = 0; i < M * N; i++) ref[i] += 1.0;
+  ck_assert_double_le(tu_rel(c, ref, M * N), 1e-6);
+  /* C [9000, 3] = A^T B, A [1000, 9000] float32 only (rounded by the door), B [1000, 3] */
+  gj_gemm(1, 0, 9000, 3, K, 1.0f, a, NULL, 9000, b, NULL, 3, 0.0f, c, 3);
+  ref_product(ref, a16, 1, 9000, b16, 3, 1, 9000, 3, K);
+  ck_assert_double_le(tu_rel(c, ref, 9000 * 3), 1e-6);
+  /* C [3, 1000] = A [3, 9000] B, B [9000, 1000] in bf16 (K 9000: three pieces), beta 1 */
+  for (int64_t i = 0; i < 3 * K; i++) c[i] = 1.0f;
+  gj_gemm(0, 0, 3, K, 9000, 1.0f, a, NULL, 9000, NULL, b16, K, 1.0f, c, K);
+  ref_product(ref, a16, 9000, 1, b16, K, 1, 3, K, 9000);
+  for (int64_t i = 0; i < 3 * K; i++) ref[i] += 1.0;
+  ck_assert_double_le(tu_rel(c, ref, 3 * K), 1e-6);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(a), free(b), free(c), free(d), free(ref), free(a16), free(b16);
 }
 END_TEST
 
@@ -578,6 +626,7 @@ int main(void) {
   tcase_add_test(tc, test_gelu_bf16);
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
+  tcase_add_test(tc, test_gemm_bf16_pieces);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_rotary);
   tcase_add_test(tc, test_attention_small);

@@ -343,6 +343,82 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
   }
 }
 
+/* ---- bf16 operands on the float32 FMA units ----
+ * Where AVX512_BF16 dot products run at half the float32 FMA rate (and there is no AMX), the
+ * bf16 products are faster as sgemm on operands holding bfloat16 values in float32: each
+ * operand is widened from its bf16 copy, or rounded to bfloat16 (nearest even) and kept in
+ * float32. The product of two bfloat16 numbers is exact in float32 and the sums are float32,
+ * as in a bf16 matmul; only the order of the float32 additions differs. An operand is widened
+ * a piece at a time (GJ_FMA16_PIECE floats: the vocabulary head's weight is far larger), the
+ * product split along K (beyond GJ_FMA16_KMAX), then M and N, to match. */
+#define GJ_FMA16_PIECE ((int64_t)1 << 22)
+#define GJ_FMA16_KMAX 4096
+
+/* d[i] = x[i] widened (Xh given) or rounded to bfloat16 and widened back: 16 at a time with
+ * AVX-512 (and VCVTNEPS2BF16, which rounds as gj_f32_to_bf16 does). */
+static void to_f32_generic(float *d, const float *x, const gj_bf16 *xh, int64_t n) {
+  if (xh) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) d[i] = gj_bf16_to_f32(xh[i]);
+  } else {
+    for (int64_t i = 0; i < n; i++) d[i] = gj_bf16_to_f32(gj_f32_to_bf16(x[i]));
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void to_f32_avx512(float *d, const float *x,
+                                                                         const gj_bf16 *xh, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i h = xh ? _mm256_loadu_si256((const __m256i *)(xh + i))
+                   : (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  to_f32_generic(d + i, x ? x + i : NULL, xh ? xh + i : NULL, n - i);
+}
+
+/* rows x cols of X (row stride ld; Xh: its bf16 copy, or NULL) densely into float32 scratch. */
+static const float *fma16_operand(scratch *s, const float *X, const gj_bf16 *Xh, int64_t rows,
+                                  int64_t cols, int64_t ld) {
+  float *t = scratch_get(s, (size_t)rows * cols * sizeof(float));
+  const int v = __builtin_cpu_supports("avx512bf16");
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *x = Xh ? NULL : X + r * ld;
+    const gj_bf16 *xh = Xh ? Xh + r * ld : NULL;
+    if (v) to_f32_avx512(t + r * cols, x, xh, cols);
+    else to_f32_generic(t + r * cols, x, xh, cols);
+  }
+  return t;
+}
+
+static void bf16_on_fma(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, const gj_bf16 *Ah, int64_t lda, const float *B,
+                        const gj_bf16 *Bh, int64_t ldb, float beta, float *C, int64_t ldc) {
+  /* pieces [mb, kb] of op(A) and [kb, nb] of op(B), each within GJ_FMA16_PIECE floats: a long
+   * K (the vocabulary in d xf = d logits W) is cut first, so that each operand is widened once */
+  const int64_t kb = GJ_MIN(K, GJ_FMA16_KMAX);
+  const int64_t mb = GJ_MAX(1, GJ_MIN(M, GJ_FMA16_PIECE / kb));
+  const int64_t nb = GJ_MAX(1, GJ_MIN(N, GJ_FMA16_PIECE / kb));
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t k = GJ_MIN(kb, K - k0);
+    const float bk = k0 == 0 ? beta : 1.0f; /* later pieces of K accumulate */
+    const float *b = NULL;
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+      const int64_t m = GJ_MIN(mb, M - m0), ao = ta ? k0 * lda + m0 : m0 * lda + k0;
+      const int64_t ar = ta ? k : m, ac = ta ? m : k;
+      const float *a = fma16_operand(&tl_a, A ? A + ao : NULL, Ah ? Ah + ao : NULL, ar, ac, lda);
+      for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        const int64_t n = GJ_MIN(nb, N - n0), bo = tb ? n0 * ldb + k0 : k0 * ldb + n0;
+        const int64_t br = tb ? n : k, bc = tb ? k : n;
+        if (!b || nb < N) b = fma16_operand(&tl_b, B ? B + bo : NULL, Bh ? Bh + bo : NULL, br, bc, ldb);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)ac, b, (int)bc, bk, C + m0 * ldc + n0,
+                    (int)ldc);
+      }
+    }
+  }
+}
+
 /* ---- the door ---- */
 
 void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -353,6 +429,10 @@ void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const
   if (K <= 0) {
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  if (g_backend == GJ_GEMM_OPENBLAS && g_prec == GJ_PREC_BF16) {
+    bf16_on_fma(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, beta, C, ldc);
     return;
   }
   if (g_backend == GJ_GEMM_OPENBLAS) {
@@ -444,20 +524,44 @@ static int blas_full_width(const gj_cpu_features *f) {
   return f->avx512 ? is512 : f->avx2 ? is512 || is256 : 1;
 }
 
+static int fma_beats_dpbf16(const gj_cpu_features *f, double *r32, double *r16);
+
 int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
   const dnnl_version_t *v = dnnl_version();
   if (prec == GJ_PREC_BF16) {
-    if (want == GJ_GEMM_OPENBLAS)
-      return GJ_FAIL("--gemm openblas: OpenBLAS has no bfloat16 GEMM here; use --gemm onednn or auto with --precision bf16");
     if (!f.amx_bf16 && !f.avx512_bf16)
       return GJ_FAIL("--precision bf16: this CPU has neither AMX-BF16 nor AVX512_BF16; use --precision fp32");
-    if (gj_gemm_selftest(GJ_GEMM_ONEDNN, prec))
-      return GJ_FAIL("--precision bf16: oneDNN's bfloat16 matmul gives wrong results on this CPU; use --precision fp32");
-    g_backend = GJ_GEMM_ONEDNN, g_prec = prec;
-    snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d bf16 (%s)", v->major, v->minor, v->patch,
-             f.amx_bf16 ? "AMX" : "AVX512_BF16");
+    /* auto: oneDNN's matmul on AMX; without AMX, whichever of the AVX512_BF16 dot products and
+     * the float32 FMA (OpenBLAS on bf16 values) has the higher peak on this core */
+    gj_gemm_backend b = want;
+    double r16 = 0, r32 = 0;
+    if (b == GJ_GEMM_AUTO) {
+      b = GJ_GEMM_ONEDNN;
+      if (!f.amx_bf16 && blas_full_width(&f)) {
+        if (fma_beats_dpbf16(&f, &r32, &r16)) b = GJ_GEMM_OPENBLAS;
+      }
+    }
+    if (gj_gemm_selftest(b, prec)) {
+      if (want != GJ_GEMM_AUTO || b == GJ_GEMM_ONEDNN)
+        return GJ_FAIL("--precision bf16: %s gives wrong bfloat16 products on this CPU; use %s",
+                       b == GJ_GEMM_ONEDNN ? "oneDNN's matmul" : "OpenBLAS on bf16 values",
+                       b == GJ_GEMM_ONEDNN ? "--precision fp32" : "--gemm onednn");
+      gj_warn("OpenBLAS on bf16 values gives wrong products on this CPU (checked against a reference); using oneDNN");
+      b = GJ_GEMM_ONEDNN;
+      if (gj_gemm_selftest(b, prec))
+        return GJ_FAIL("--precision bf16: oneDNN's bfloat16 matmul gives wrong results on this CPU; use --precision fp32");
+    }
+    g_backend = b, g_prec = prec;
+    if (b == GJ_GEMM_ONEDNN)
+      snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d bf16 (%s)", v->major, v->minor, v->patch,
+               f.amx_bf16 ? "AMX" : "AVX512_BF16");
+    else if (r16 > 0)
+      snprintf(g_desc, sizeof g_desc, "OpenBLAS %s kernel, bf16 operands on the fp32 FMA units "
+               "(%.0f GFLOP/s a core, AVX512_BF16 %.0f)", gj_blas_core(), r32 / 1e9, r16 / 1e9);
+    else
+      snprintf(g_desc, sizeof g_desc, "OpenBLAS %s kernel, bf16 operands on the fp32 FMA units", gj_blas_core());
     return 0;
   }
   gj_gemm_backend b = want;
@@ -621,20 +725,34 @@ __attribute__((target("amx-tile,amx-bf16"))) static double loop_amx(int64_t iter
   return (double)out[0] * 0 + 4.0 * 16 * 16 * 32 * 2 * (double)iters;
 }
 
+static double peak_of(double (*loop)(int64_t), int nthreads);
+
 double gj_peak_flops(gj_precision prec, int nthreads, const char **how) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
   double (*loop)(int64_t) = NULL;
   const char *name = "none";
-  if (prec == GJ_PREC_F32) {
-    if (f.avx512) loop = loop_fma512, name = "AVX-512 FMA loop";
-    else if (f.avx2) loop = loop_fma256, name = "AVX2 FMA loop";
+  /* bf16 operands on the float32 FMA units: the FMA peak is the hardware's for them */
+  int fma = prec == GJ_PREC_F32 || (prec == GJ_PREC_BF16 && g_backend == GJ_GEMM_OPENBLAS && g_prec == prec);
+  if (fma) {
+    if (f.avx512) loop = loop_fma512, name = prec == GJ_PREC_F32 ? "AVX-512 FMA loop" : "AVX-512 FMA loop, bf16 on the fp32 units";
+    else if (f.avx2) loop = loop_fma256, name = prec == GJ_PREC_F32 ? "AVX2 FMA loop" : "AVX2 FMA loop, bf16 on the fp32 units";
   } else {
     if (f.amx_bf16) loop = loop_amx, name = "AMX TDPBF16PS loop";
     else if (f.avx512_bf16) loop = loop_dpbf16, name = "AVX512_BF16 VDPBF16PS loop";
   }
   if (how) *how = name;
-  if (!loop) return 0;
+  return loop ? peak_of(loop, nthreads) : 0;
+}
+
+/* One core's FMA and VDPBF16PS peaks (*r32, *r16): is the float32 FMA faster? */
+static int fma_beats_dpbf16(const gj_cpu_features *f, double *r32, double *r16) {
+  *r16 = f->avx512_bf16 ? peak_of(loop_dpbf16, 1) : 0;
+  *r32 = peak_of(f->avx512 ? loop_fma512 : loop_fma256, 1);
+  return *r32 > *r16;
+}
+
+static double peak_of(double (*loop)(int64_t), int nthreads) {
   double total = 0;
   /* calibrate to about 20 ms per thread */
   int64_t iters = 1000;
