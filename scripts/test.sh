@@ -31,8 +31,8 @@ echo "== Slurm (a real one-node cluster from ../shared/tools/local-slurm)"
 bash "$top/tests/slurm-test.sh" "$build"
 echo "== multi-node: 2 Slurm nodes in network namespaces (tests/cluster/local-cluster, tests/cluster-test.sh)"
 bash "$top/tests/cluster-test.sh" "$build"
-echo "== fuzzing: each libFuzzer harness for ${GJ_FUZZ_SECONDS:-20} s (tests/fuzz/run.sh)"
-bash "$top/tests/fuzz/run.sh" "${GJ_FUZZ_SECONDS:-20}" "$build/fuzz"
+echo "== fuzzing: each libFuzzer harness for ${GJ_FUZZ_SECONDS:-15} s (tests/fuzz/run.sh)"
+bash "$top/tests/fuzz/run.sh" "${GJ_FUZZ_SECONDS:-15}" "$build/fuzz"
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build: make check (./configure --enable-sanitizers)"
 # Leak checking is left to valgrind above: LeakSanitizer cannot attribute Open MPI's never-freed
 # init allocations, made in plugins it has unloaded by exit.
