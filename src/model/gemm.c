@@ -83,6 +83,8 @@ static gj_precision g_prec = GJ_PREC_F32;
 static char g_desc[160] = "OpenBLAS fp32";
 
 gj_gemm_backend gj_gemm_backend_in_use(void) { return g_backend; }
+int gj_gemm_reads_bf16(void) { return g_prec == GJ_PREC_BF16 && g_backend == GJ_GEMM_ONEDNN; }
+
 gj_precision gj_gemm_precision(void) { return g_prec; }
 const char *gj_gemm_describe(void) { return g_desc; }
 

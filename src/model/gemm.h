@@ -8,7 +8,7 @@
  * saves the rounding; otherwise pass NULL. lda (ldb) is the row stride of the operand the door
  * reads: of Ah in bf16 precision when Ah is given, of A otherwise (Ah exists only in bf16).
  *
- * Backends: OpenBLAS sgemm (float32 only) and oneDNN matmul (float32 or bfloat16; AMX where the
+ * Backends: OpenBLAS sgemm (float32, and bf16 values held in float32) and oneDNN matmul (float32 or bfloat16; AMX where the
  * CPU has it, AVX512_BF16 otherwise). A oneDNN primitive is created on the first product of a
  * shape (transpositions, sizes, strides, alpha, beta) and reused. Backend and precision are one
  * process-wide choice, made by gj_gemm_setup before the first product. Safe to call from inside
@@ -45,15 +45,21 @@ const char *gj_precision_name(gj_precision p);
 /* Choose the backend for a precision on this CPU and check it: each product kind
  * (transpositions, alpha, beta) on odd shapes is compared against a double-precision reference
  * of the same (rounded) operands. AUTO takes the fastest correct backend for the precision
- * (float32: OpenBLAS when it runs an AVX-512 or AVX2 kernel, else oneDNN; bf16: oneDNN). A
- * backend that fails its check is replaced by the other with a warning; bf16 on a CPU with
- * neither AMX nor AVX512_BF16, or without oneDNN, is an error. Returns 0 or -1 with the error
+ * (float32: OpenBLAS when it runs an AVX-512 or AVX2 kernel, else oneDNN; bf16: oneDNN on AMX,
+ * without AMX the faster of one core's AVX512_BF16 dot products (oneDNN) and float32 FMA
+ * (OpenBLAS on bf16 values), measured here). A backend that fails its check is replaced by the
+ * other with a warning; bf16 on a CPU with neither AMX nor AVX512_BF16 is an error. Returns 0 or -1 with the error
  * recorded. Ranks agree through gj_gemm_agree (in src/parallel). */
 int gj_gemm_setup(gj_gemm_backend want, gj_precision prec);
 /* Check one backend at one precision against the reference (0 if correct). */
 int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec);
 gj_gemm_backend gj_gemm_backend_in_use(void);
 gj_precision gj_gemm_precision(void);
+/* Whether the products read bfloat16 operands (bf16 on oneDNN): a caller's bf16 copy of an
+ * operand then saves a rounding pass per product, and the model keeps copies of its weights.
+ * bf16 on the float32 FMA units widens every operand to float32 anyway, as fast from the float
+ * as from a copy, so the model keeps none there (2 bytes a parameter less). */
+int gj_gemm_reads_bf16(void);
 /* One line describing the choice, e.g. "oneDNN 2.6.3 bf16 (AMX)". */
 const char *gj_gemm_describe(void);
 /* Free the primitive cache and this thread's scratch (the engine and streams stay). */

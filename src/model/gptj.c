@@ -144,7 +144,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   size_t np, P;
   gj_state_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
-  if (gj_gemm_precision() == GJ_PREC_BF16)
+  if (gj_gemm_reads_bf16())
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
@@ -202,8 +202,9 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   }
   if (st->w16) { /* bf16-resident weights: the state's copies are the weights */
     m->w16 = st->w16;
-  } else if (gj_gemm_precision() == GJ_PREC_BF16) {
-    /* only the GEMM weights' pages are ever touched (by the first refresh) */
+  } else if (gj_gemm_reads_bf16()) {
+    /* only the GEMM weights' pages are ever touched (by the first refresh); on the FMA units
+     * the products round the float32 weights themselves */
     if (posix_memalign((void **)&m->w16, (size_t)2 << 20, np * sizeof(gj_bf16)))
       return m->w16 = NULL, gj_model_free(m),
              GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", np * sizeof(gj_bf16));
