@@ -110,7 +110,7 @@ static int setup(bench_ctx *x) {
   GJ_TRY(gj_mem_check(x->g.world, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16,
                       "parameters, gradients, AdamW, activations and bf16 copies",
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
-  int rc = o->oib ? gj_state_create_lazy_grads(&x->st, &x->c, &x->g)
+  int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, 1)
                   : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
   if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->B, o->T, (int)o->recompute, 1);
   GJ_AGREE(x->g.world, rc);

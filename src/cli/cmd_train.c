@@ -308,7 +308,7 @@ static int setup_model(train_ctx *x) {
   if (x->g.rank == 0 && cores > 0 && (long)local * omp_get_max_threads() > cores)
     gj_warn("%d ranks x %d threads on %ld cores of this node: oversubscribed, which is slow; "
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
-  int rc = o->oib ? gj_state_create_lazy_grads(&x->st, &x->c, &x->g)
+  int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, o->grad_accum == 1)
                   : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
   if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->micro_batch, o->seq_len, (int)o->recompute, 1);
   GJ_AGREE(x->g.world, rc);
@@ -396,7 +396,7 @@ static double print_summary(const train_ctx *x) {
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size, x->g.dp_size, x->g.tp_size);
-  if (x->st.grads_map) /* the optimizer in backward */
+  if (x->st.gslot) /* the optimizer in backward, one micro-batch a step */
     gj_info("memory per rank: parameters+AdamW %.1f MB, gradients %.1f MB at most at a time (optimizer "
             "in backward), activations %.1f MB, bf16 weight copies %.1f MB", x->st.bytes / 1e6,
             x->ms.grads / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);

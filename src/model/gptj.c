@@ -167,7 +167,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   GJ_TRY(check_shape(c, Bmax, Tmax, omp_get_max_threads()));
   m->c = *c;
   m->g = g;
-  m->st = st, m->lay = &st->lay, m->params = st->params, m->grads = st->grads;
+  m->st = st, m->lay = &st->lay, m->params = st->params, m->grads = st->grads ? st->grads : st->gslot;
   m->recompute = recompute;
   m->training = training;
   int tp = g->tp_size;
@@ -183,7 +183,8 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   m->G.h = calloc(c->n_layer, sizeof(gj_block_ptrs));
   if (!m->P.h || !m->G.h) return gj_model_free(m), GJ_FAIL("out of memory");
   gj_layout_ptrs(m->lay, c, m->params, &m->P);
-  if (m->grads) gj_layout_ptrs(m->lay, c, m->grads, &m->G); /* none: an inference network */
+  if (st->gslot) gj_layout_ptrs_parts(m->lay, c, st->gslot, &m->G);
+  else if (m->grads) gj_layout_ptrs(m->lay, c, m->grads, &m->G); /* none: an inference network */
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   act_item fl[GJ_ACT_ITEMS];
@@ -347,6 +348,14 @@ int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64
 }
 
 /* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
+/* Over a gradient slot: the part [lo, hi) is about to be computed; its gradients start at zero. */
+static void slot_part(gj_model *m, size_t lo, size_t hi) {
+  if (!m->st->gslot) return;
+  float *g = m->st->gslot;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < hi - lo; i += 65536) memset(g + i, 0, GJ_MIN(65536, hi - lo - i) * sizeof(float));
+}
+
 static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                         int64_t T) {
   const gj_config *c = &m->c;
@@ -427,6 +436,7 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
   const int64_t R = GJ_HEAD_ROWS;
+  TIMED(GJ_PROF_ELEM, slot_part(m, gj_layout_tail(m->lay, 0)->offset, m->st->numel_pad));
   for (int64_t r0 = 0; r0 < N; r0 += R)
     GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));
   m->head_done = 1;
@@ -498,6 +508,12 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   return 0;
 }
 
+/* [lo, hi) is final: tell the hook where its gradients are */
+static int part_done(gj_model *m, const gj_grad_hook *hook, size_t lo) {
+  if (!hook) return 0;
+  return hook->ready(hook->ctx, lo, m->st->gslot ? m->st->gslot : m->grads + lo);
+}
+
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
   if (!m->grads || m->recompute == GJ_DECODE || m->recompute == GJ_FORWARD)
     return GJ_FAIL("internal: backward on a network whose state has no gradients, or a forward-only one");
@@ -506,9 +522,11 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;
   const int64_t NC = m->Bmax * m->Tmax;
 
+  const size_t top = m->st->numel_pad, tail = gj_layout_tail(m->lay, 0)->offset;
   if (!m->head_done) {
     if (m->training)
       return GJ_FAIL("internal: a training model's backward runs through gj_model_forward_backward");
+    slot_part(m, tail, top);
     /* d xf = dlogits W (partial over the vocab shards), from the whole stored logits */
     TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
           gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, NULL, a->xf, NULL, m->P.lm_w,
@@ -519,13 +537,17 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  if (hook) GJ_TRY(hook->ready(hook->ctx, gj_layout_tail(m->lay, 0)->offset));
+  GJ_TRY(part_done(m, hook, tail));
 
+  size_t hi = tail;
   for (int64_t l = c->n_layer - 1; l >= 0; l--) {
+    const size_t lo = gj_layout_block(m->lay, l, 0)->offset;
+    TIMED(GJ_PROF_ELEM, slot_part(m, lo, hi));
     GJ_TRY(block_backward(m, l, B, T));
-    if (hook) GJ_TRY(hook->ready(hook->ctx, gj_layout_block(m->lay, l, 0)->offset));
+    GJ_TRY(part_done(m, hook, lo));
+    hi = lo;
   }
+  TIMED(GJ_PROF_ELEM, slot_part(m, 0, hi));
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
-  if (hook) GJ_TRY(hook->ready(hook->ctx, 0));
-  return 0;
+  return part_done(m, hook, 0);
 }

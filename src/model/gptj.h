@@ -65,9 +65,11 @@ enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
 enum { GJ_PROF_GEMM, GJ_PROF_ATTN, GJ_PROF_ELEM, GJ_PROF_VOCAB, GJ_PROF_COMM, GJ_PROF_N };
 
 /* Called during backward each time the gradients from float offset `lo` to the end of the
- * gradient block are final (lo decreases to 0), so that their DP reduction can start. */
+ * gradient block are final (lo decreases to 0), so that their DP reduction can start; g holds
+ * those of [lo, hi), hi the previous call's lo (numel_pad first): g[0] is element lo (in the
+ * block, or in the state's gradient slot). */
 typedef struct {
-  int (*ready)(void *ctx, size_t lo);
+  int (*ready)(void *ctx, size_t lo, float *g);
   void *ctx;
 } gj_grad_hook;
 
@@ -84,7 +86,7 @@ typedef struct {
   int recompute;              /* GJ_KEEP_ALL, GJ_RECOMPUTE (only the residual stream per layer) or GJ_DECODE */
   int training;               /* the vocabulary head runs in blocks, fused with its backward */
   int head_done;              /* gj_model_forward_backward did the head's backward */
-  gj_ptrs P, G;
+  gj_ptrs P, G;               /* G: every part into the state's gslot where it has one */
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;
   size_t act_bytes;
@@ -126,7 +128,8 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
  * Leaves logits [B*T, Vl] in m->a.logits (not on a training model). */
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid);
-/* Backward of the last forward; gradients ACCUMULATE into m->grads (the caller zeroes),
+/* Backward of the last forward; gradients ACCUMULATE into m->grads (the caller zeroes; over a
+ * gradient slot, each part's gradients start from zero: one micro-batch a step),
  * each scaled by `scale` (1 / number of scored tokens in the global batch); hook (or NULL)
  * hears of the gradients as they become final. Not on a training model (use
  * gj_model_forward_backward). */

@@ -107,20 +107,32 @@ const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
   return i >= 0 && i < l->n && !strcmp(l->t[i].name, name) ? &l->t[i] : NULL;
 }
 
-void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p) {
-  p->wte = base + l->t[GJ_LAYOUT_WTE].offset;
+/* parts = 0: base + offset; parts = 1: base + (offset - the offset of the tensor's part) */
+static void layout_ptrs(const gj_layout *l, const gj_config *c, float *base, int parts, gj_ptrs *p) {
+  p->wte = base + l->t[GJ_LAYOUT_WTE].offset; /* the embedding's part starts at 0 */
   for (int i = 0; i < c->n_layer; i++) {
     const gj_tensor *b = gj_layout_block(l, i, 0);
+    float *o = base;
+    size_t r = parts ? b[0].offset : 0;
     gj_block_ptrs *h = &p->h[i];
-    h->ln1_w = base + b[GJ_BLK_LN1_W].offset, h->ln1_b = base + b[GJ_BLK_LN1_B].offset;
-    h->wq = base + b[GJ_BLK_WQ].offset, h->wk = base + b[GJ_BLK_WK].offset;
-    h->wv = base + b[GJ_BLK_WV].offset, h->wo = base + b[GJ_BLK_WO].offset;
-    h->fc_in_w = base + b[GJ_BLK_FC_IN_W].offset, h->fc_in_b = base + b[GJ_BLK_FC_IN_B].offset;
-    h->fc_out_w = base + b[GJ_BLK_FC_OUT_W].offset, h->fc_out_b = base + b[GJ_BLK_FC_OUT_B].offset;
+    h->ln1_w = o + (b[GJ_BLK_LN1_W].offset - r), h->ln1_b = o + (b[GJ_BLK_LN1_B].offset - r);
+    h->wq = o + (b[GJ_BLK_WQ].offset - r), h->wk = o + (b[GJ_BLK_WK].offset - r);
+    h->wv = o + (b[GJ_BLK_WV].offset - r), h->wo = o + (b[GJ_BLK_WO].offset - r);
+    h->fc_in_w = o + (b[GJ_BLK_FC_IN_W].offset - r), h->fc_in_b = o + (b[GJ_BLK_FC_IN_B].offset - r);
+    h->fc_out_w = o + (b[GJ_BLK_FC_OUT_W].offset - r), h->fc_out_b = o + (b[GJ_BLK_FC_OUT_B].offset - r);
   }
   const gj_tensor *f = gj_layout_tail(l, 0);
-  p->lnf_w = base + f[GJ_TAIL_LNF_W].offset, p->lnf_b = base + f[GJ_TAIL_LNF_B].offset;
-  p->lm_w = base + f[GJ_TAIL_LM_W].offset, p->lm_b = base + f[GJ_TAIL_LM_B].offset;
+  size_t r = parts ? f[0].offset : 0;
+  p->lnf_w = base + (f[GJ_TAIL_LNF_W].offset - r), p->lnf_b = base + (f[GJ_TAIL_LNF_B].offset - r);
+  p->lm_w = base + (f[GJ_TAIL_LM_W].offset - r), p->lm_b = base + (f[GJ_TAIL_LM_B].offset - r);
+}
+
+void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p) {
+  layout_ptrs(l, c, base, 0, p);
+}
+
+void gj_layout_ptrs_parts(const gj_layout *l, const gj_config *c, float *slot, gj_ptrs *p) {
+  layout_ptrs(l, c, slot, 1, p);
 }
 
 static uint64_t hash_name(const char *s) {

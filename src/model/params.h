@@ -97,6 +97,10 @@ void gj_layout_free(gj_layout *l);
 const gj_tensor *gj_layout_find(const gj_layout *l, const char *name);
 /* Point p (n_layer entries allocated by the caller in p->h) into block base. */
 void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p);
+/* The same with every part that backward reports final (the embedding [0, block 0), each
+ * block, the tail) starting at slot: a tensor at offset o of the part starting at offset s is
+ * slot + (o - s). */
+void gj_layout_ptrs_parts(const gj_layout *l, const gj_config *c, float *slot, gj_ptrs *p);
 
 /* The tensors that bf16 precision multiplies from bfloat16 copies: the GEMM weights, every
  * 2-D tensor but the embedding (a lookup table). */

@@ -29,11 +29,12 @@ void *gj_arena_alloc(size_t bytes) {
 }
 
 static void *map_lazy(size_t bytes);
+static size_t oib_part_floats(const gj_layout *l, int64_t n_layer);
 
-/* training = 0: the parameter block only; lazy = 1: the gradients in a mapping of their own
- * (gj_state_create_lazy_grads). */
+/* training = 0: the parameter block only; slot = 1: the gradients of one part of the network
+ * at a time (gj_state_create_oib). */
 static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training,
-                  int lazy) {
+                  int slot) {
   memset(s, 0, sizeof *s);
   GJ_TRY(gj_config_validate(c));
   if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
@@ -45,22 +46,20 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
   s->numel_pad = np;
   s->lo = s->zero ? P * g->dp_rank : 0;
   s->n = training ? P : 0;
-  lazy = lazy && training;
-  s->bytes = (training ? (lazy ? 1 : 2) * np + 2 * P : np) * sizeof(float);
+  slot = slot && training;
+  /* the slot's floats, padded to 16 so that the moments stay 64-byte aligned */
+  size_t ng = !training ? 0 : slot ? (oib_part_floats(&s->lay, c->n_layer) + 15) / 16 * 16 : np;
+  s->bytes = (np + ng + (training ? 2 * P : 0)) * sizeof(float);
   s->arena = gj_arena_alloc(s->bytes);
-  if (lazy) {
-    s->grads_map = np * sizeof(float);
-    s->grads = map_lazy(s->grads_map);
-    if (!s->grads) s->grads_map = 0;
-  }
-  if (!s->arena || (lazy && !s->grads)) {
-    size_t need = s->bytes + s->grads_map;
+  if (!s->arena) {
+    size_t need = s->bytes;
     gj_state_free(s);
     return GJ_FAIL("out of memory: parameter arena of %zu bytes", need);
   }
   s->params = s->arena;
-  if (training && !lazy) s->grads = s->arena + np;
-  if (training) s->m = s->arena + (lazy ? 1 : 2) * np, s->v = s->m + P;
+  if (slot) s->gslot = s->arena + np, s->gslot_n = ng;
+  else if (training) s->grads = s->arena + np;
+  if (training) s->m = s->arena + np + ng, s->v = s->m + P;
   return 0;
 }
 
@@ -68,8 +67,10 @@ int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero)
   return create(s, c, g, zero, 1, 0);
 }
 
-int gj_state_create_lazy_grads(gj_state *s, const gj_config *c, const gj_grid *g) {
-  return create(s, c, g, 0, 1, 1);
+int gj_state_create_oib(gj_state *s, const gj_config *c, const gj_grid *g, int slot) {
+  GJ_TRY(create(s, c, g, 0, 1, slot));
+  s->oib = 1;
+  return 0;
 }
 
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g) {
@@ -84,6 +85,18 @@ static void *map_lazy(size_t bytes) {
   madvise(p, bytes, MADV_HUGEPAGE); /* fewer faults where whole 2 MB pages are written */
 #endif
   return p;
+}
+
+/* The parts backward reports final, from the top: [tail, numel), each block, [0, block 0);
+ * the floats of the largest. */
+static size_t oib_part_floats(const gj_layout *l, int64_t n_layer) {
+  size_t hi = l->numel, big = 0;
+  for (int64_t k = n_layer; k >= -1; k--) {
+    size_t lo = k == n_layer ? gj_layout_tail(l, 0)->offset : k >= 0 ? gj_layout_block(l, k, 0)->offset : 0;
+    big = GJ_MAX(big, hi - lo);
+    hi = lo;
+  }
+  return big;
 }
 
 /* The bytes of a layout's weights held bf16-resident: GEMM weights and the embedding in bf16,
@@ -106,15 +119,8 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
 int gj_state_oib_grad_bytes(const gj_config *c, int tp, size_t *bytes) {
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
-  /* the parts backward reports final: [tail, numel), each block, [0, block 0) */
-  size_t hi = l.numel, big = 0;
-  for (int64_t k = c->n_layer; k >= -1; k--) {
-    size_t lo = k == c->n_layer ? gj_layout_tail(&l, 0)->offset : k >= 0 ? gj_layout_block(&l, k, 0)->offset : 0;
-    big = GJ_MAX(big, hi - lo);
-    hi = lo;
-  }
+  *bytes = (oib_part_floats(&l, c->n_layer) + 15) / 16 * 16 * sizeof(float);
   gj_layout_free(&l);
-  *bytes = big * sizeof(float) + 2 * (size_t)sysconf(_SC_PAGESIZE); /* and the pages at its ends */
   return 0;
 }
 
@@ -140,24 +146,11 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
 void gj_state_free(gj_state *s) {
   if (s->arena_map) munmap(s->arena, s->arena_map), s->arena = NULL;
   if (s->w16) munmap(s->w16, s->w16_bytes);
-  if (s->grads_map) munmap(s->grads, s->grads_map);
   free(s->arena);
   gj_layout_free(&s->lay);
   memset(s, 0, sizeof *s);
 }
 
 void gj_state_zero_grads(gj_state *s) {
-  if (s->grads_map) gj_state_release_grads(s, 0, s->numel_pad);
-  else if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float));
-}
-
-void gj_state_release_grads(gj_state *s, size_t lo, size_t hi) {
-  if (!s->grads_map || lo >= hi) return;
-  /* whole pages from the one holding lo (unless it also holds floats below lo, which may not
-   * be consumed yet) up to the one holding hi - 1 (floats above hi were consumed before) */
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-  size_t a = lo * sizeof(float), b = hi * sizeof(float);
-  a = (a + pg - 1) / pg * pg;
-  b = GJ_MIN((b + pg - 1) / pg * pg, (s->grads_map + pg - 1) / pg * pg);
-  if (a < b) madvise((char *)s->grads + a, b - a, MADV_DONTNEED); /* reads as zero again */
+  if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float)); /* a slot: the model's part by part */
 }

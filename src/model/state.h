@@ -21,7 +21,7 @@ typedef struct {
   gj_config c;
   gj_layout lay;          /* this TP rank's tensor table */
   float *arena;
-  float *params, *grads;  /* numel_pad floats each */
+  float *params, *grads;  /* numel_pad floats each (grads NULL with a gradient slot) */
   float *m, *v;           /* AdamW moments of [lo, lo + n) */
   size_t numel_pad, lo, n;
   int zero;               /* ZeRO-1: the moments are this DP rank's share */
@@ -31,7 +31,9 @@ typedef struct {
   gj_bf16 *w16;
   size_t w16_bytes;       /* the mapping's size */
   size_t arena_map;       /* the float block's mapping size (0: gj_arena_alloc'ed) */
-  size_t grads_map;       /* gj_state_create_lazy_grads: the gradient mapping's size (else 0) */
+  int oib;                /* gj_state_create_oib: for the optimizer in backward */
+  float *gslot;           /* with one micro-batch a step: the gradients of one part at a time */
+  size_t gslot_n;         /* its floats */
 } gj_state;
 
 /* Block and moment sizes of a table at DP size dp: np floats per block, P floats of each
@@ -41,16 +43,17 @@ void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P);
 /* Build the table for (c, g's TP rank) and allocate and touch the arena; parameters, gradients
  * and moments are zero. zero = 1: ZeRO-1 (a no-op on one DP rank). */
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero);
-/* The same without ZeRO, with the gradient block in a mapping of its own whose pages become
- * resident when written and go back by gj_state_release_grads: for the optimizer in backward
- * (train/step.h), which holds the gradients of one part of the network at a time. */
-int gj_state_create_lazy_grads(gj_state *s, const gj_config *c, const gj_grid *g);
-/* Gradients [lo, hi) are consumed, and [hi, numel_pad) before them: their pages go back to the
- * system and read as zero (a no-op unless the state has lazy gradients). Ranges are released
- * from the top down; the page holding lo is released with the next range below. */
-void gj_state_release_grads(gj_state *s, size_t lo, size_t hi);
-/* The gradient bytes resident at most under the optimizer in backward with one micro-batch a
- * step: the largest part backward reports final (the head, a layer or the embedding). */
+/* The same without ZeRO, for the optimizer in backward (train/step.h), which updates each part
+ * of the network (the vocabulary head with ln_f, each layer, the embedding) as soon as backward
+ * has its gradients. slot = 1 (one micro-batch a step): no gradient block; one buffer, gslot,
+ * of the largest part's size holds the gradients of the part backward is in, and every part's
+ * gradient pointers of a network over the state point into it (gj_model_create): the
+ * gradients of one part are resident instead of all, and the same pages serve every part
+ * (giving pages back and faulting them in again each step costs a tenth of the step on these
+ * machines). slot = 0 (gradients accumulated over micro-batches): the whole block. */
+int gj_state_create_oib(gj_state *s, const gj_config *c, const gj_grid *g, int slot);
+/* The bytes of the gradient slot (the largest part backward reports final: the head, a layer
+ * or the embedding). */
 int gj_state_oib_grad_bytes(const gj_config *c, int tp, size_t *bytes);
 /* The parameters alone, for inference (eval, generate): grads, m and v are NULL, n = 0. */
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g);

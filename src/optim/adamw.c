@@ -24,7 +24,7 @@ double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t
     if ((t->shard == GJ_SHARD_NONE && tp_rank != 0) || !clip_range(t, lo, lo + n, &a, &b)) continue;
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t k = a; k < b; k++) s += (double)grads[k] * grads[k];
+    for (size_t k = a - lo; k < b - lo; k++) s += (double)grads[k] * grads[k];
     total += s;
   }
   return total;
@@ -60,7 +60,7 @@ void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, flo
     const gj_tensor *ti = &l->t[i];
     size_t a, b;
     if (!clip_range(ti, lo, lo + n, &a, &b)) continue;
-    gj_adamw_kernel(p + a, g + a, m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
+    gj_adamw_kernel(p + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
                     (float)hp->beta2, (float)hp->eps, ti->decay ? (float)hp->weight_decay : 0.0f,
                     bc1, bc2s, (float)clip_coef);
   }

@@ -16,16 +16,16 @@ typedef struct {
 /* GPT-J's training values: betas 0.9/0.999, eps 1e-8, wd 0.1, clip 1.0. */
 void gj_adamw_defaults(gj_adamw_hp *hp);
 
-/* Sum of squares of this rank's gradients in the flat range [lo, lo + n) of the block,
- * counting tensors that TP replicates only on tp_rank 0 (so that a sum over the TP group
- * counts each element once). */
+/* Sum of squares of this rank's gradients of the flat range [lo, lo + n) of the block (g
+ * holds the range only: g[0] is element lo), counting tensors that TP replicates only on
+ * tp_rank 0 (so that a sum over the TP group counts each element once). */
 double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n);
 /* The clip factor for a global norm. */
 double gj_clip_coef(double norm, double clip);
 
 /* One AdamW update (step t >= 1, learning rate lr for this step) of the elements of the flat
  * range [lo, lo + n) of the parameter block; gradients are multiplied by clip_coef first.
- * p and g are whole blocks; m and v hold the range only (m[0] is element lo). */
+ * p is the whole block; g, m and v hold the range only (g[0], m[0] are element lo). */
 void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
                      size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t, double lr,
                      double clip_coef);

@@ -27,8 +27,9 @@ void gj_dp_free(gj_dp_sync *s);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);
 /* The gradients [lo, n) are final: start reducing what is not started yet (whole buckets;
- * the rest waits for more). Suitable as the model's grad_ready hook. */
-int gj_dp_ready(void *s, size_t lo);
+ * the rest waits for more). Suitable as the model's grad_ready hook (g, where the model says
+ * the range is, is the block's own: s->grads + lo). */
+int gj_dp_ready(void *s, size_t lo, float *g);
 /* Start whatever remains and wait for everything. */
 int gj_dp_finish(gj_dp_sync *s);
 

@@ -10,7 +10,7 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
                     float zloss) {
   memset(t, 0, sizeof *t);
   t->st = st, t->m = m, t->g = g, t->hp = *hp, t->zloss = zloss;
-  t->oib = st->grads_map != 0;
+  t->oib = st->oib;
   if (t->oib && (hp->grad_clip > 0 || st->zero))
     return GJ_FAIL("internal: the optimizer in backward with gradient clipping or ZeRO-1");
   size_t N = (size_t)m->Bmax * m->Tmax;
@@ -41,7 +41,8 @@ int gj_oib_check(int64_t oib, double clip, int64_t zero) {
 
 /* The optimizer in backward: the last micro-batch's backward reports its gradients final from
  * the top of the flat block down (the vocabulary head, each layer, the embedding); each range
- * is reduced over DP, counted in the norm, applied and given back before backward goes on. */
+ * is reduced over DP, counted in the norm and applied before backward goes on (over a gradient
+ * slot, the next part's gradients then take its place). */
 typedef struct {
   gj_trainer *t;
   const gj_step_in *in;
@@ -52,7 +53,7 @@ typedef struct {
   double dp_s, opt_s;
 } oib_run;
 
-static int oib_ready(void *ctx, size_t lo) {
+static int oib_ready(void *ctx, size_t lo, float *gr) {
   oib_run *r = ctx;
   gj_trainer *t = r->t;
   gj_state *st = t->st;
@@ -61,21 +62,20 @@ static int oib_ready(void *ctx, size_t lo) {
   if (lo >= hi) return 0;
   double t0 = gj_now();
   if (g->dp_size > 1)
-    GJ_TRY(gj_allreduce_inplace(g->dp, st->grads + lo, hi - lo, MPI_FLOAT, MPI_SUM));
+    GJ_TRY(gj_allreduce_inplace(g->dp, gr, hi - lo, MPI_FLOAT, MPI_SUM));
   double t1 = gj_now();
-  if (r->in->inject_nan && hi == st->numel_pad) st->grads[lo] = NAN;
-  double s = gj_grad_sumsq(&st->lay, st->grads, g->tp_rank, lo, hi - lo);
+  if (r->in->inject_nan && hi == st->numel_pad) gr[0] = NAN;
+  double s = gj_grad_sumsq(&st->lay, gr, g->tp_rank, lo, hi - lo);
   r->sumsq += s;
   /* the TP shards of a range agree on applying it (DP ranks hold the same sums) */
   int bad = r->bad || !isfinite(s);
   if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, &bad, 1));
   r->bad = bad;
   if (!bad) {
-    gj_adamw_update(&st->lay, st->params, st->grads, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
+    gj_adamw_update(&st->lay, st->params, gr, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
                     r->in->step, r->in->lr, 1.0);
     r->applied = 1;
   }
-  gj_state_release_grads(st, lo, hi);
   r->hi = lo;
   r->dp_s += t1 - t0, r->opt_s += gj_now() - t1;
   return 0;
@@ -86,6 +86,8 @@ static int oib_ready(void *ctx, size_t lo) {
  * micro-batches. */
 static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double *loss_sum) {
   gj_state *st = t->st;
+  if (st->gslot && in->A != 1)
+    return GJ_FAIL("internal: a gradient slot holds one micro-batch's gradients, not %lld", (long long)in->A);
   gj_state_zero_grads(st);
   gj_dp_begin(&t->dp);
   /* the last micro-batch's backward starts the DP reduction; under ZeRO-1 it is one
@@ -112,7 +114,7 @@ static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, dou
   gj_state *st = t->st;
   gj_grid *g = t->g;
   red[0] = loss_sum;
-  red[1] = t->oib ? oib->sumsq : gj_grad_sumsq(&st->lay, st->grads, g->tp_rank, st->lo, st->n);
+  red[1] = t->oib ? oib->sumsq : gj_grad_sumsq(&st->lay, st->grads + st->lo, g->tp_rank, st->lo, st->n);
   if (st->zero) { /* every rank holds a distinct range: sum both over the world */
     GJ_TRY(gj_allreduce_sum_f64(g->world, red, 2));
     red[0] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
@@ -126,7 +128,7 @@ static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, dou
 int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   gj_state *st = t->st;
   memset(out, 0, sizeof *out);
-  double loss_sum;
+  double loss_sum = 0;
   oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0};
   GJ_TRY(batch_grads(t, in, &oib, &loss_sum));
   out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
@@ -149,7 +151,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
     return 0;
   }
   if (out->finite) {
-    gj_adamw_update(&st->lay, st->params, st->grads, st->m, st->v, st->lo, st->n, &t->hp, in->step,
+    gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->m, st->v, st->lo, st->n, &t->hp, in->step,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
     if (st->zero) GJ_TRY(gj_dp_allgather(&t->dp, st->params, st->n));
     gj_model_weights_changed(t->m);

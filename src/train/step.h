@@ -21,7 +21,7 @@ typedef struct {
   gj_adamw_hp hp;
   float zloss;   /* z-loss coefficient */
   int32_t *ids, *tg; /* one micro-batch [Bmax, Tmax] of the model */
-  int oib;       /* the optimizer in backward: st has lazy gradients (gj_state_create_lazy_grads) */
+  int oib;       /* the optimizer in backward: st is made by gj_state_create_oib */
 } gj_trainer;
 
 /* Fills micro-batch a (0 <= a < A) of this DP rank: ids and targets [B, T]. */
@@ -47,11 +47,11 @@ typedef struct {
 
 /* hp: AdamW's hyperparameters (hp->grad_clip 0: no clipping; hp->lr is not used: each step
  * brings its learning rate, gj_step_in.lr). Allocates the DP buckets and one micro-batch.
- * A state with lazy gradients makes the trainer apply the optimizer in backward: during the
- * last micro-batch's backward, each part of the network (the vocabulary head, each layer, the
- * embedding) is reduced over DP and updated as soon as its gradients are final, and its
- * gradient pages are given back, so that about one part's gradients are resident instead of
- * all. The result equals the ordinary step's without clipping, bit for bit; it needs
+ * A state made by gj_state_create_oib makes the trainer apply the optimizer in backward: during
+ * the last micro-batch's backward, each part of the network (the vocabulary head, each layer,
+ * the embedding) is reduced over DP and updated as soon as its gradients are final; over the
+ * state's gradient slot (one micro-batch a step) the next part's gradients then take the same
+ * memory, so that one part's gradients are resident instead of all. The result equals the ordinary step's without clipping, bit for bit; it needs
  * grad_clip 0 (the global norm is known only after the last update) and no ZeRO-1. A step
  * whose first part is not finite is skipped whole; one that turns non-finite after a part was
  * applied cannot be skipped: gj_train_step then fails. */
