@@ -81,6 +81,9 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   /* bf16 training: q, k, v, the ln_1 and the fc_in outputs per layer as bf16 copies only (see
    * lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
+  /* lean: the float q, k, v and fc_in output are forward's work buffers only (backward reads
+   * their bf16 copies), so they share the gradient buffers dq, dk, dv and dact (lean_alias) */
+  size_t qf = lean ? 0 : 1;
   size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
   size_t ND = smul(N, D), NDl = smul(N, Dl), gD = nograd ? 0 : ND, gDl = nograd ? 0 : NDl;
   /* head-major bf16 copies: q, k, v per kept slot and d att; q, k, v forward only; q alone
@@ -90,8 +93,9 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
   act_item items[GJ_ACT_ITEMS] = {
       {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
-      {&a->h, smul(Lq, ND)}, {&a->q, smul(Lq, NDl)}, {&a->k, smul(Lkv, NDl)}, {&a->v, smul(Lkv, NDl)},
-      {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)}, {&a->pre, smul3(Lq, N, Fl)},
+      {&a->h, smul(Lq, ND)}, {&a->q, qf * smul(Lq, NDl)}, {&a->k, qf * smul(Lkv, NDl)},
+      {&a->v, qf * smul(Lkv, NDl)}, {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)},
+      {&a->pre, qf * smul3(Lq, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
       {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
@@ -107,6 +111,13 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   };
   memcpy(fl, items, sizeof items);
 }
+
+static int lean_qkv(const gj_model *m);
+
+/* bf16 training (act_list's lean): q, k, v and the fc_in output in float are written by a
+ * layer's forward (or its recomputation) and read only there, before its backward writes the
+ * gradients: they live in dq, dk, dv and dact (the same sizes, [N, Dl] and [N, Fl]). */
+static void lean_alias(gj_acts *a) { a->q = a->dq, a->k = a->dk, a->v = a->dv, a->pre = a->dact; }
 
 /* The capacity [Bmax, Tmax] and thread count act_list may rely on. */
 static int check_shape(const gj_config *c, int64_t Bmax, int64_t Tmax, int nthreads) {
@@ -214,6 +225,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
 #endif
     m->w16_stale = 1;
   }
+  if (lean_qkv(m)) lean_alias(&m->a);
   gj_rotary_table(m->a.rot_cos, m->a.rot_sin, Tmax, R); /* positions < Tmax only */
   return 0;
 }
@@ -249,7 +261,7 @@ void gj_model_free(gj_model *m) {
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
  * attention backward reads), the ln_1 output as its bf16 copy (all that its four products
  * read) and the fc_in output as its bf16 copy (GELU's input), each in one float slot
- * otherwise. */
+ * otherwise (for q, k, v and fc_in's output the gradient buffers: lean_alias). */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
 /* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
