@@ -86,7 +86,8 @@ static inline gj_bf16 gj_f32_to_bf16(float f) {
 /* Shape recording: while on, every product's kind and shape is counted (and whether it ran
  * inside a parallel region). gj_gemm_recorded_rate then times each recorded shape alone, with
  * the same backend, precision and threading, and returns the recorded FLOPs per step over the
- * time they take at those rates: the GEMM ceiling of exactly the step's products. */
+ * time they take at those rates: the GEMM ceiling of exactly the step's products. Each shape's
+ * best time is kept across calls (until the reset): a second call takes the faster of both. */
 void gj_gemm_record(int on);
 void gj_gemm_record_reset(void);
 double gj_gemm_recorded_flops(void); /* FLOPs recorded since the reset */
