@@ -397,9 +397,10 @@ static double print_summary(const train_ctx *x) {
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size, x->g.dp_size, x->g.tp_size);
   if (x->st.gslot) /* the optimizer in backward, one micro-batch a step */
-    gj_info("memory per rank: parameters+AdamW %.1f MB, gradients %.1f MB at most at a time (optimizer "
-            "in backward), activations %.1f MB, bf16 weight copies %.1f MB", x->st.bytes / 1e6,
-            x->ms.grads / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
+    gj_info("memory per rank: parameters+AdamW %.1f MB, gradients %.1f MB (one part at a time: the "
+            "optimizer in backward), activations %.1f MB, bf16 weight copies %.1f MB",
+            (x->st.bytes - x->st.gslot_n * sizeof(float)) / 1e6, x->st.gslot_n * sizeof(float) / 1e6,
+            x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
   else
     gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB, bf16 weight copies %.1f MB",
             x->st.bytes / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
