@@ -78,8 +78,8 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
-  /* bf16 training: q, k, v, the ln_1 and the fc_in outputs per layer as bf16 copies only (see
-   * lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
+  /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only, the ln_1
+   * output not at all (see lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
   /* lean: the float q, k, v and fc_in output are forward's work buffers only (backward reads
    * their bf16 copies), so they share the gradient buffers dq, dk, dv and dact (lean_alias) */
@@ -103,7 +103,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
-      {(float **)&a->h16, bf ? shalf(smul(Lq16, ND)) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
+      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
       {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0},
       {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
       {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
@@ -259,9 +259,10 @@ void gj_model_free(gj_model *m) {
 
 
 /* bf16 training keeps q, k, v per layer only as their head-major bf16 copies (all that the
- * attention backward reads), the ln_1 output as its bf16 copy (all that its four products
- * read) and the fc_in output as its bf16 copy (GELU's input), each in one float slot
- * otherwise (for q, k, v and fc_in's output the gradient buffers: lean_alias). */
+ * attention backward reads) and the fc_in output as its bf16 copy (GELU's input), each in one
+ * float slot otherwise (the gradient buffers: lean_alias); the ln_1 output (the bf16 copy all
+ * its four products read) is computed again in backward from the block input, a cheap
+ * LayerNorm, into one slot. */
 static int lean_qkv(const gj_model *m) { return m->a.qkv16 && m->training; }
 
 /* A layer's buffers in training: the residual input x of layer l and its output (slot l + 1),
@@ -277,7 +278,7 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
                      a->q + sq * NC * Dl, a->k + sq * NC * Dl, a->v + sq * NC * Dl,
                      a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + sq * NC * m->Fl,
                      a->pre16 ? a->pre16 + s * NC * m->Fl : NULL,
-                     a->h16 ? a->h16 + s16 * NC * D : NULL,
+                     a->h16, /* one slot: rounded again where it is read */
                      a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
                      a->qkv16 && !fwd ? a->qkv16 + n16 * 3 * NC * Dl : NULL, NULL};
   return b;
@@ -467,7 +468,12 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   gj_block_ptrs *gp = &m->G.h[l];
   gj_block_bufs lb = layer_at(m, l);
   if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
-  else if (!lean_qkv(m)) TIMED(GJ_PROF_ELEM, round16(lb.h16, lb.h, N * D)); /* lean: kept */
+  else { /* the ln_1 output's bf16 copy again (lean: from the block input, its float not kept) */
+    if (lean_qkv(m))
+      TIMED(GJ_PROF_ELEM, gj_layernorm_forward(lb.h, lb.mean, lb.rstd, lb.x, p->ln1_w, p->ln1_b, N, D,
+                                               (float)c->layer_norm_epsilon));
+    TIMED(GJ_PROF_ELEM, round16(lb.h16, lb.h, N * D));
+  }
   float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
   float *pre = lb.pre;
   const gj_bf16 *h16 = lb.h16, *dx16, *act16 = lb.pre16 ? a->g16 : NULL;
