@@ -126,7 +126,6 @@ static int setup(bench_ctx *x) {
   return gj_agree(x->g.world, rc);
 }
 
-
 /* The peak RSS so far (VmHWM), in bytes; 0 if /proc cannot tell. */
 static double rss_hwm(void) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -138,10 +137,7 @@ static double rss_hwm(void) {
   return kb * 1024.0;
 }
 
-/* A first timing of the GEMM ceiling, after the first step: figures() takes the better of it
- * and a second one after the measured steps (the machine's speed drifts over minutes). Its
- * operands would raise the peak RSS, so the peak is noted before it and the kernel's
- * high-water mark reset after it (clear_refs 5); where that cannot be done, no early timing. */
+/* The kernel's peak-RSS mark set back to the current RSS (clear_refs 5). */
 static int reset_hwm(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w");
   if (!f) return -1;
@@ -149,6 +145,10 @@ static int reset_hwm(void) {
   return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+/* A first timing of the GEMM ceiling, after the first step: figures() takes the better of it
+ * and a second one after the measured steps (the machine's speed drifts over minutes). Its
+ * operands would raise the peak RSS, so the peak is noted before it and the mark reset after
+ * it; where that cannot be done, no early timing. */
 static void early_ceiling(bench_ctx *x) {
   double before = rss_hwm();
   if (before <= 0 || reset_hwm()) return; /* the first reset tells whether it can be done */

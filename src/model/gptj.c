@@ -360,7 +360,6 @@ int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64
   return 0;
 }
 
-/* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
 /* Over a gradient slot: the part [lo, hi) is about to be computed; its gradients start at zero. */
 static void slot_part(gj_model *m, size_t lo, size_t hi) {
   if (!m->st->gslot) return;
@@ -369,6 +368,7 @@ static void slot_part(gj_model *m, size_t lo, size_t hi) {
   for (size_t i = 0; i < hi - lo; i += 65536) memset(g + i, 0, GJ_MIN(65536, hi - lo - i) * sizeof(float));
 }
 
+/* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
 static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                         int64_t T) {
   const gj_config *c = &m->c;

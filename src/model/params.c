@@ -112,14 +112,13 @@ static void layout_ptrs(const gj_layout *l, const gj_config *c, float *base, int
   p->wte = base + l->t[GJ_LAYOUT_WTE].offset; /* the embedding's part starts at 0 */
   for (int i = 0; i < c->n_layer; i++) {
     const gj_tensor *b = gj_layout_block(l, i, 0);
-    float *o = base;
     size_t r = parts ? b[0].offset : 0;
     gj_block_ptrs *h = &p->h[i];
-    h->ln1_w = o + (b[GJ_BLK_LN1_W].offset - r), h->ln1_b = o + (b[GJ_BLK_LN1_B].offset - r);
-    h->wq = o + (b[GJ_BLK_WQ].offset - r), h->wk = o + (b[GJ_BLK_WK].offset - r);
-    h->wv = o + (b[GJ_BLK_WV].offset - r), h->wo = o + (b[GJ_BLK_WO].offset - r);
-    h->fc_in_w = o + (b[GJ_BLK_FC_IN_W].offset - r), h->fc_in_b = o + (b[GJ_BLK_FC_IN_B].offset - r);
-    h->fc_out_w = o + (b[GJ_BLK_FC_OUT_W].offset - r), h->fc_out_b = o + (b[GJ_BLK_FC_OUT_B].offset - r);
+    h->ln1_w = base + (b[GJ_BLK_LN1_W].offset - r), h->ln1_b = base + (b[GJ_BLK_LN1_B].offset - r);
+    h->wq = base + (b[GJ_BLK_WQ].offset - r), h->wk = base + (b[GJ_BLK_WK].offset - r);
+    h->wv = base + (b[GJ_BLK_WV].offset - r), h->wo = base + (b[GJ_BLK_WO].offset - r);
+    h->fc_in_w = base + (b[GJ_BLK_FC_IN_W].offset - r), h->fc_in_b = base + (b[GJ_BLK_FC_IN_B].offset - r);
+    h->fc_out_w = base + (b[GJ_BLK_FC_OUT_W].offset - r), h->fc_out_b = base + (b[GJ_BLK_FC_OUT_B].offset - r);
   }
   const gj_tensor *f = gj_layout_tail(l, 0);
   size_t r = parts ? f[0].offset : 0;
