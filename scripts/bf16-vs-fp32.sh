@@ -19,6 +19,13 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$gptj" ] || { echo "bf16-vs-fp32: error: $gptj: not an executable (build first, or --gptj PATH)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A CPU with neither AMX-BF16 nor AVX512_BF16 runs bf16 only on the fp32 FMA units, asked for by name
+bf16_gemm=
+if ! grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then
+  bf16_gemm="--gemm openblas"
+  echo "note: this CPU has neither AMX-BF16 nor AVX512_BF16: bf16 runs with --gemm openblas (bf16 values on the fp32 FMA units)"
+fi
+flags() { [ "$1" = bf16 ] && echo "--precision bf16 $bf16_gemm" || echo "--precision $1"; }
 mkdir -p "$out/data"
 for s in train valid; do
   [ -f "$out/data/brown-$s.h5" ] || "$gptj" tokenize --out "$out/data/brown-$s.h5" "$top/data/brown-$s.txt" >/dev/null
@@ -41,7 +48,7 @@ if [ -z "$only" ] || [ "$only" = quickstart ]; then
     rm -rf "$out/quick-$p"
     OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 "$gptj" train --preset tiny --data "$out/data/brown-train.h5" \
       --valid-data "$out/data/brown-valid.h5" --micro-batch 8 --seq-len 128 --steps 300 --lr 2e-3 \
-      --warmup 30 --eval-every 300 --log-every 50 --save-every 0 --seed 1234 --precision "$p" \
+      --warmup 30 --eval-every 300 --log-every 50 --save-every 0 --seed 1234 $(flags "$p") \
       --run-dir "$out/quick-$p" | grep -E '^step (50|100|150|200|250|300)/|validation'
   done
   compare "quickstart (tiny, 300 steps)" "$out/quick-fp32" "$out/quick-bf16" || status=1
@@ -52,7 +59,7 @@ if [ -z "$only" ] || [ "$only" = 125m ]; then
     rm -rf "$out/125m-$p"
     OMP_NUM_THREADS=2 "$gptj" train --preset gptj-125m --data "$out/data/brown-train.h5" \
       --valid-data "$out/data/brown-valid.h5" --micro-batch 4 --seq-len 128 --steps 200 --lr 6e-4 \
-      --warmup 20 --eval-every 200 --log-every 25 --save-every 0 --seed 1234 --precision "$p" \
+      --warmup 20 --eval-every 200 --log-every 25 --save-every 0 --seed 1234 $(flags "$p") \
       --run-dir "$out/125m-$p" | grep -E '^step (25|50|75|100|125|150|175|200)/|validation'
   done
   compare "gptj-125m (200 steps)" "$out/125m-fp32" "$out/125m-bf16" || status=1

@@ -349,7 +349,7 @@ START_TEST(test_hf_direct) {
   ck_assert_int_eq(gj_dataset_write(ds, tok, 600, off, 1, 600, "synthetic"), 0);
   /* F32 files, BF16 files, and BF16 files under --precision bf16 (both bf16-resident: the GEMM
    * weights and the embedding read in blocks of rows and rounded into bfloat16, the only copy) */
-  const char *kind[3] = {"", "b", "b"}, *prec[3] = {"fp32", "fp32", "bf16"};
+  const char *kind[3] = {"", "b", "b"}, *prec[3] = {"--precision fp32", "--precision fp32", tu_bf16()};
   for (int k = 0; k < 3; k++) {
     char ref[2][512] = {"", ""};
     double nll1 = 0; /* the TP 1 loss */
@@ -361,11 +361,11 @@ START_TEST(test_hf_direct) {
         const char *what = src ? "--hf" : "--checkpoint";
         char from[1400];
         snprintf(from, sizeof from, src ? "%s/hfd%s" : "%s/hfd%s.h5", OUT, kind[k]);
-        snprintf(cmd, sizeof cmd, "%s -np %d %s/gptj eval %s %s --data %s --seq-len 64 --tp %d --precision %s", mpi,
+        snprintf(cmd, sizeof cmd, "%s -np %d %s/gptj eval %s %s --data %s --seq-len 64 --tp %d %s", mpi,
                  tp, B_, what, from, ds, tp, prec[k]);
         out_line(cmd, got[0], sizeof got[0]);
         snprintf(cmd, sizeof cmd, "%s -np %d %s/gptj generate %s %s --prompt-ids 5,9,3 --ids --temperature 0 "
-                 "--max-new-tokens 12 --tp %d --precision %s", mpi, tp, B_, what, from, tp, prec[k]);
+                 "--max-new-tokens 12 --tp %d %s", mpi, tp, B_, what, from, tp, prec[k]);
         out_line(cmd, got[1], sizeof got[1]);
         for (int j = 0; j < 2; j++) {
           ck_assert_msg(strlen(got[j]) > 3, "%s: no output", cmd);
@@ -383,8 +383,8 @@ START_TEST(test_hf_direct) {
   snprintf(log, sizeof log, "%s/hfd-mem.log", OUT);
   ck_assert_int_eq(sh("%s/gptj eval --hf %s --data %s --mem-per-rank-gb 0.001 >%s 2>&1", B_, hf, ds, log), 1);
   ck_assert_int_eq(sh("grep -q 'the model needs .* GB per rank (weights' %s", log), 0);
-  ck_assert_int_eq(sh("%s/gptj eval --checkpoint %s/hfd.h5 --precision bf16 --data %s --mem-per-rank-gb 0.001 >%s 2>&1",
-                      B_, OUT, ds, log), 1);
+  ck_assert_int_eq(sh("%s/gptj eval --checkpoint %s/hfd.h5 %s --data %s --mem-per-rank-gb 0.001 >%s 2>&1",
+                      B_, OUT, tu_bf16(), ds, log), 1);
   ck_assert_int_eq(sh("grep -q 'the model needs .* GB per rank (weights in bf16' %s", log), 0);
 }
 END_TEST
@@ -440,8 +440,8 @@ START_TEST(test_ckpt_bf16_checks) {
     ck_assert_int_eq(sh("cp %s %s", ok, bad), 0);
     edit_tensor(bad, name, 37, k ? NAN : 0.5f, k);
     for (int tp = 1; tp <= 2; tp++) {
-      ck_assert_int_eq(sh("%s -np %d %s/gptj eval --checkpoint %s --data %s --seq-len 64 --tp %d --precision bf16 >%s 2>&1",
-                          mpi, tp, B_, bad, ds, tp, log), 1);
+      ck_assert_int_eq(sh("%s -np %d %s/gptj eval --checkpoint %s --data %s --seq-len 64 --tp %d %s >%s 2>&1",
+                          mpi, tp, B_, bad, ds, tp, tu_bf16(), log), 1);
       ck_assert_msg(sh("grep -q '%s.*%s' %s", name, want[k], log) == 0, "tp %d: no '%s' in %s", tp, want[k], log);
     }
   }

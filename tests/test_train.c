@@ -80,20 +80,18 @@ static void expect_close(const double *ref, const double *got, int from, int n, 
 }
 
 START_TEST(test_bf16) {
-  if (sh("grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo")) {
-    fprintf(stderr, "test_bf16: skipped: this CPU has neither AMX-BF16 nor AVX512_BF16\n");
-    return;
-  }
   double f32[64], b11[64], got[64];
+  char bz[256];
+  snprintf(bz, sizeof bz, "%s --zero 1", tu_bf16());
   run_layout("bf_f32", 1, 1, "", f32, 8);
-  run_layout("bf_11", 1, 1, "--precision bf16", b11, 8);
+  run_layout("bf_11", 1, 1, tu_bf16(), b11, 8);
   expect_close(f32, b11, 0, 8, "bf16 vs fp32");
-  run_layout("bf_22", 2, 2, "--precision bf16 --zero 1", got, 8);
+  run_layout("bf_22", 2, 2, bz, got, 8);
   expect_close(b11, got, 0, 8, "bf16 (2,2) vs (1,1)");
   ck_assert_int_eq(sh("grep -q '^precision = bf16$' %s/bf_22/config.conf", OUT), 0);
   ck_assert_int_eq(sh("%s/gptj info %s/bf_22/ckpt-00000008.h5 | grep -q 'precision bf16'", B_, OUT), 0);
   /* bf16 checkpoint of step 4 at (2,2) -> fp32 at (1,2); fp32 of step 4 at (1,1) -> bf16 at (2,1) */
-  run_layout("bf_b4", 2, 2, "--precision bf16", got, 4);
+  run_layout("bf_b4", 2, 2, tu_bf16(), got, 4);
   run_layout("bf_f4", 1, 1, "", got, 4);
   struct { const char *from, *prec; int dp, tp; const double *ref; } rs[] = {
       {"bf_b4", "fp32", 1, 2, f32}, {"bf_f4", "bf16", 2, 1, b11}};
@@ -103,8 +101,8 @@ START_TEST(test_bf16) {
     snprintf(log, sizeof log, "%s.log", run);
     sh("rm -rf %s && mkdir -p %s && cp %s/%s/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && cp %s/%s/metrics.jsonl %s/",
        run, run, OUT, rs[i].from, run, run, OUT, rs[i].from, run);
-    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto --precision %s",
-             COMMON, DATA, 8 / rs[i].dp, rs[i].tp, run, rs[i].prec);
+    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch %d --tp %d --run-dir %s --resume auto %s",
+             COMMON, DATA, 8 / rs[i].dp, rs[i].tp, run, strcmp(rs[i].prec, "bf16") ? "--precision fp32" : tu_bf16());
     int np = rs[i].dp * rs[i].tp, rc = gptj(np == 1 ? 0 : np, args, log);
     if (rc) sh("cat %s >&2", log);
     ck_assert_int_eq(rc, 0);
@@ -409,18 +407,15 @@ END_TEST
  * injected into the gradients skips the step whole, as the ordinary step does. */
 START_TEST(test_optimizer_in_backward) {
   struct { int dp, tp; const char *extra; } lay[] = {
-      {1, 1, "--clip 0 --grad-accum 2 --micro-batch 4 --precision bf16"},
+      {1, 1, "--clip 0 --grad-accum 2 --micro-batch 4"}, /* with tu_bf16() */
       {2, 2, "--clip 0"},
       {1, 1, "--clip 0 --debug-nan-step 3"}};
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
     double a[64], b[64];
-    char extra[512];
-    if (strstr(lay[i].extra, "bf16") && sh("grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo")) {
-      fprintf(stderr, "test_optimizer_in_backward: bf16 case skipped: no AMX-BF16 or AVX512_BF16\n");
-      continue;
-    }
-    run_layout("ob_a", lay[i].dp, lay[i].tp, lay[i].extra, a, 6);
-    snprintf(extra, sizeof extra, "%s --optimizer-in-backward 1", lay[i].extra);
+    char base[512], extra[600];
+    snprintf(base, sizeof base, "%s%s%s", lay[i].extra, i == 0 ? " " : "", i == 0 ? tu_bf16() : "");
+    run_layout("ob_a", lay[i].dp, lay[i].tp, base, a, 6);
+    snprintf(extra, sizeof extra, "%s --optimizer-in-backward 1", base);
     run_layout("ob_b", lay[i].dp, lay[i].tp, extra, b, 6);
     for (int k = 0; k < 6; k++)
       ck_assert_msg(a[k] == b[k], "%s: step %d: %.9g vs %.9g", extra, k + 1, a[k], b[k]);

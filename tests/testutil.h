@@ -70,6 +70,19 @@ static int tu_sh(const char *fmt, ...) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+/* The flags that ask gptj for bf16 precision on this CPU: "--precision bf16" where the CPU has
+ * AMX-BF16 or AVX512_BF16 (the backend auto chooses is then tested), else with "--gemm openblas",
+ * the bf16 numerics on the float32 FMA units, the only bf16 path such a CPU runs (auto refuses
+ * it there: test_kernels checks the refusal). */
+static int tu_bf16_hw(void) __attribute__((unused));
+static int tu_bf16_hw(void) {
+  static int hw = -1;
+  if (hw < 0) hw = tu_sh("grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo") == 0;
+  return hw;
+}
+static const char *tu_bf16(void) __attribute__((unused));
+static const char *tu_bf16(void) { return tu_bf16_hw() ? "--precision bf16" : "--precision bf16 --gemm openblas"; }
+
 /* For suites that run gptj: one thread per rank (up to 4 ranks share the machine), the build
  * and source trees and the MPI launcher from the environment (buffers of n bytes), the
  * output directory tests/out/SUB (created) and DATA = OUT/valid.h5, the Brown validation text

@@ -26,6 +26,10 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
     if (gj_gemm_backend_in_use() == GJ_GEMM_ONEDNN)
       gj_warn("--precision bf16 without AMX runs on AVX512_BF16 dot products, which on this CPU may "
               "be slower than the fp32 FMA (--gemm auto measures and picks; compare with gptj bench)");
+    else if (!f.avx512_bf16)
+      gj_info("--precision bf16 on a CPU without AMX-BF16 or AVX512_BF16: the products run on the fp32 "
+              "FMA units on bfloat16 values (same results as bf16 products, float32 sums), at fp32's "
+              "speed at best, in less activation memory");
     else
       gj_info("--precision bf16 without AMX: the products run on the fp32 FMA units on bfloat16 "
               "values (same results as bf16 products, float32 sums), faster here than AVX512_BF16; "

@@ -534,8 +534,11 @@ int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
   gj_cpu_detect(&f);
   const dnnl_version_t *v = dnnl_version();
   if (prec == GJ_PREC_BF16) {
-    if (!f.amx_bf16 && !f.avx512_bf16)
-      return GJ_FAIL("--precision bf16: this CPU has neither AMX-BF16 nor AVX512_BF16; use --precision fp32");
+    /* Without bf16 hardware only the float32 FMA path can run bf16's numerics, at fp32's speed
+     * at best: the user asks for it by name (--gemm openblas), auto and oneDNN refuse. */
+    if (!f.amx_bf16 && !f.avx512_bf16 && want != GJ_GEMM_OPENBLAS)
+      return GJ_FAIL("--precision bf16: this CPU has neither AMX-BF16 nor AVX512_BF16; use --precision fp32, "
+                     "or --gemm openblas for bf16 numerics on the fp32 FMA units (no faster than fp32)");
     /* auto: oneDNN's matmul on AMX; without AMX, whichever of the AVX512_BF16 dot products and
      * the float32 FMA (OpenBLAS on bf16 values) has the higher peak on this core */
     gj_gemm_backend b = want;

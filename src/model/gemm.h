@@ -48,7 +48,8 @@ const char *gj_precision_name(gj_precision p);
  * (float32: OpenBLAS when it runs an AVX-512 or AVX2 kernel, else oneDNN; bf16: oneDNN on AMX,
  * without AMX the faster of one core's AVX512_BF16 dot products (oneDNN) and float32 FMA
  * (OpenBLAS on bf16 values), measured here). A backend that fails its check is replaced by the
- * other with a warning; bf16 on a CPU with neither AMX nor AVX512_BF16 is an error. Returns 0 or -1 with the error
+ * other with a warning; bf16 on a CPU with neither AMX nor AVX512_BF16 runs only when OpenBLAS is
+ * asked for (the FMA path), else it is an error. Returns 0 or -1 with the error
  * recorded. Ranks agree through gj_gemm_agree (in src/parallel). */
 int gj_gemm_setup(gj_gemm_backend want, gj_precision prec);
 /* Check one backend at one precision against the reference (0 if correct). */
