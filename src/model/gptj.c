@@ -360,10 +360,12 @@ int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64
   return 0;
 }
 
-/* Over a gradient slot: the part [lo, hi) is about to be computed; its gradients start at zero. */
-static void slot_part(gj_model *m, size_t lo, size_t hi) {
+/* Over a gradient slot: part k (gj_layout_part_lo) is about to be computed; its gradients start
+ * at zero. */
+static void slot_part(gj_model *m, int k) {
   if (!m->st->gslot) return;
   float *g = m->st->gslot;
+  const size_t lo = gj_layout_part_lo(m->lay, k), hi = gj_layout_part_hi(m->lay, k);
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < hi - lo; i += 65536) memset(g + i, 0, GJ_MIN(65536, hi - lo - i) * sizeof(float));
 }
@@ -449,7 +451,7 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
   const int64_t R = GJ_HEAD_ROWS;
-  TIMED(GJ_PROF_ELEM, slot_part(m, gj_layout_tail(m->lay, 0)->offset, m->st->numel_pad));
+  TIMED(GJ_PROF_ELEM, slot_part(m, 0));
   for (int64_t r0 = 0; r0 < N; r0 += R)
     GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));
   m->head_done = 1;
@@ -526,9 +528,10 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   return 0;
 }
 
-/* [lo, hi) is final: tell the hook where its gradients are */
-static int part_done(gj_model *m, const gj_grad_hook *hook, size_t lo) {
+/* part k is final: tell the hook where its gradients are */
+static int part_done(gj_model *m, const gj_grad_hook *hook, int k) {
   if (!hook) return 0;
+  const size_t lo = gj_layout_part_lo(m->lay, k);
   return hook->ready(hook->ctx, lo, m->st->gslot ? m->st->gslot : m->grads + lo);
 }
 
@@ -540,11 +543,10 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   const int64_t B = m->B, T = m->T, N = B * T, D = c->n_embd, Vl = m->Vl;
   const int64_t NC = m->Bmax * m->Tmax;
 
-  const size_t top = m->st->numel_pad, tail = gj_layout_tail(m->lay, 0)->offset;
   if (!m->head_done) {
     if (m->training)
       return GJ_FAIL("internal: a training model's backward runs through gj_model_forward_backward");
-    slot_part(m, tail, top);
+    slot_part(m, 0);
     /* d xf = dlogits W (partial over the vocab shards), from the whole stored logits */
     TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
           gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, NULL, a->xf, NULL, m->P.lm_w,
@@ -555,17 +557,16 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  GJ_TRY(part_done(m, hook, tail));
+  GJ_TRY(part_done(m, hook, 0));
 
-  size_t hi = tail;
-  for (int64_t l = c->n_layer - 1; l >= 0; l--) {
-    const size_t lo = gj_layout_block(m->lay, l, 0)->offset;
-    TIMED(GJ_PROF_ELEM, slot_part(m, lo, hi));
-    GJ_TRY(block_backward(m, l, B, T));
-    GJ_TRY(part_done(m, hook, lo));
-    hi = lo;
+  /* the parts in order: the head (0), block n_layer - k (k = 1 .. n_layer), the embedding */
+  for (int k = 1; k <= c->n_layer; k++) {
+    TIMED(GJ_PROF_ELEM, slot_part(m, k));
+    GJ_TRY(block_backward(m, c->n_layer - k, B, T));
+    GJ_TRY(part_done(m, hook, k));
   }
-  TIMED(GJ_PROF_ELEM, slot_part(m, 0, hi));
+  const int emb = gj_layout_parts(m->lay) - 1;
+  TIMED(GJ_PROF_ELEM, slot_part(m, emb));
   TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
-  return part_done(m, hook, 0);
+  return part_done(m, hook, emb);
 }

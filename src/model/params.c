@@ -107,12 +107,19 @@ const gj_tensor *gj_layout_find(const gj_layout *l, const char *name) {
   return i >= 0 && i < l->n && !strcmp(l->t[i].name, name) ? &l->t[i] : NULL;
 }
 
+size_t gj_layout_part_max(const gj_layout *l) {
+  size_t big = 0;
+  for (int k = 0; k < gj_layout_parts(l); k++) big = GJ_MAX(big, gj_layout_part_hi(l, k) - gj_layout_part_lo(l, k));
+  return big;
+}
+
 /* parts = 0: base + offset; parts = 1: base + (offset - the offset of the tensor's part) */
 static void layout_ptrs(const gj_layout *l, const gj_config *c, float *base, int parts, gj_ptrs *p) {
-  p->wte = base + l->t[GJ_LAYOUT_WTE].offset; /* the embedding's part starts at 0 */
+  const int last = gj_layout_parts(l) - 1;
+  p->wte = base + (l->t[GJ_LAYOUT_WTE].offset - (parts ? gj_layout_part_lo(l, last) : 0));
   for (int i = 0; i < c->n_layer; i++) {
     const gj_tensor *b = gj_layout_block(l, i, 0);
-    size_t r = parts ? b[0].offset : 0;
+    size_t r = parts ? gj_layout_part_lo(l, (int)c->n_layer - i) : 0;
     gj_block_ptrs *h = &p->h[i];
     h->ln1_w = base + (b[GJ_BLK_LN1_W].offset - r), h->ln1_b = base + (b[GJ_BLK_LN1_B].offset - r);
     h->wq = base + (b[GJ_BLK_WQ].offset - r), h->wk = base + (b[GJ_BLK_WK].offset - r);
@@ -121,7 +128,7 @@ static void layout_ptrs(const gj_layout *l, const gj_config *c, float *base, int
     h->fc_out_w = base + (b[GJ_BLK_FC_OUT_W].offset - r), h->fc_out_b = base + (b[GJ_BLK_FC_OUT_B].offset - r);
   }
   const gj_tensor *f = gj_layout_tail(l, 0);
-  size_t r = parts ? f[0].offset : 0;
+  size_t r = parts ? gj_layout_part_lo(l, 0) : 0;
   p->lnf_w = base + (f[GJ_TAIL_LNF_W].offset - r), p->lnf_b = base + (f[GJ_TAIL_LNF_B].offset - r);
   p->lm_w = base + (f[GJ_TAIL_LM_W].offset - r), p->lm_b = base + (f[GJ_TAIL_LM_B].offset - r);
 }

@@ -90,6 +90,22 @@ static inline const gj_tensor *gj_layout_tail(const gj_layout *l, int k) {
   return &l->t[gj_layout_tail_index(gj_layout_n_layer(l), k)];
 }
 
+/* The parts of a parameter block that backward completes one after the other, from the top:
+ * part 0 the head (ln_f and lm_head: [tail, numel)), part 1 + i block n_layer - 1 - i, the last
+ * part (n_layer + 1) the embedding [0, block 0). Each is a range of offsets; together they
+ * cover the block. Over a gradient slot (the optimizer in backward) each part's gradients in
+ * turn are a tensor's offset minus its part's lo. */
+static inline int gj_layout_parts(const gj_layout *l) { return gj_layout_n_layer(l) + 2; }
+static inline size_t gj_layout_part_lo(const gj_layout *l, int k) {
+  const int L = gj_layout_n_layer(l);
+  return k == 0 ? gj_layout_tail(l, 0)->offset : k <= L ? gj_layout_block(l, L - k, 0)->offset : 0;
+}
+static inline size_t gj_layout_part_hi(const gj_layout *l, int k) {
+  return k == 0 ? l->numel : gj_layout_part_lo(l, k - 1);
+}
+/* The floats of the largest part. */
+size_t gj_layout_part_max(const gj_layout *l);
+
 /* Build the table for a config at TP (tp_size, tp_rank). Checks that TP divides n_head,
  * n_inner and vocab_size. */
 int gj_layout_build(gj_layout *l, const gj_config *c, int tp_size, int tp_rank);
@@ -97,9 +113,8 @@ void gj_layout_free(gj_layout *l);
 const gj_tensor *gj_layout_find(const gj_layout *l, const char *name);
 /* Point p (n_layer entries allocated by the caller in p->h) into block base. */
 void gj_layout_ptrs(const gj_layout *l, const gj_config *c, float *base, gj_ptrs *p);
-/* The same with every part that backward reports final (the embedding [0, block 0), each
- * block, the tail) starting at slot: a tensor at offset o of the part starting at offset s is
- * slot + (o - s). */
+/* The same with every part (gj_layout_part_lo) starting at slot: a tensor at offset o of the
+ * part starting at offset s is slot + (o - s). */
 void gj_layout_ptrs_parts(const gj_layout *l, const gj_config *c, float *slot, gj_ptrs *p);
 
 /* The tensors that bf16 precision multiplies from bfloat16 copies: the GEMM weights, every

@@ -29,7 +29,6 @@ void *gj_arena_alloc(size_t bytes) {
 }
 
 static void *map_lazy(size_t bytes);
-static size_t oib_part_floats(const gj_layout *l, int64_t n_layer);
 
 /* training = 0: the parameter block only; slot = 1: the gradients of one part of the network
  * at a time (gj_state_create_oib). */
@@ -48,7 +47,7 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
   s->n = training ? P : 0;
   slot = slot && training;
   /* the slot's floats, padded to 16 so that the moments stay 64-byte aligned */
-  size_t ng = !training ? 0 : slot ? (oib_part_floats(&s->lay, c->n_layer) + 15) / 16 * 16 : np;
+  size_t ng = !training ? 0 : slot ? (gj_layout_part_max(&s->lay) + 15) / 16 * 16 : np;
   s->bytes = (np + ng + (training ? 2 * P : 0)) * sizeof(float);
   s->arena = gj_arena_alloc(s->bytes);
   if (!s->arena) {
@@ -87,18 +86,6 @@ static void *map_lazy(size_t bytes) {
   return p;
 }
 
-/* The parts backward reports final, from the top: [tail, numel), each block, [0, block 0);
- * the floats of the largest. */
-static size_t oib_part_floats(const gj_layout *l, int64_t n_layer) {
-  size_t hi = l->numel, big = 0;
-  for (int64_t k = n_layer; k >= -1; k--) {
-    size_t lo = k == n_layer ? gj_layout_tail(l, 0)->offset : k >= 0 ? gj_layout_block(l, k, 0)->offset : 0;
-    big = GJ_MAX(big, hi - lo);
-    hi = lo;
-  }
-  return big;
-}
-
 /* The bytes of a layout's weights held bf16-resident: GEMM weights and the embedding in bf16,
  * the rest float32. */
 static size_t resident16_bytes(const gj_layout *l) {
@@ -119,7 +106,7 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes) {
 int gj_state_oib_grad_bytes(const gj_config *c, int tp, size_t *bytes) {
   gj_layout l;
   GJ_TRY(gj_layout_build(&l, c, tp, 0));
-  *bytes = (oib_part_floats(&l, c->n_layer) + 15) / 16 * 16 * sizeof(float);
+  *bytes = (gj_layout_part_max(&l) + 15) / 16 * 16 * sizeof(float);
   gj_layout_free(&l);
   return 0;
 }
