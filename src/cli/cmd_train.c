@@ -33,7 +33,7 @@ typedef struct {
   const char *data, *valid_data, *run_dir, *resume, *gemm, *precision;
   int overwrite;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
-  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, zero, recompute, oib;
+  int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, nan_part, zero, recompute, oib;
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
 } train_opts;
 
@@ -78,6 +78,8 @@ static gj_opt *train_table(train_opts *o) {
       {"mem-per-rank-gb", GJ_OPT_F64, &o->mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive non-finite steps before stopping", 1, 1e9},
       {"debug-nan-step", GJ_OPT_I64, &o->inject_nan, "debug: inject a NaN into the gradients at this step", 0, 1e12},
+      {"debug-nan-part", GJ_OPT_I64, &o->nan_part, "debug: the part of the network whose gradients get that NaN, "
+       "in backward's order (0: the head, n_layer + 1: the embedding)", 0, 1e6},
       {NULL}};
   memcpy(t, src, sizeof src);
   return t;
@@ -266,6 +268,9 @@ static int parse(train_ctx *x, int argc, char **argv) {
   if (o->seq_len > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->seq_len, (long long)x->c.n_positions);
   if (o->decay_steps == 0) o->decay_steps = o->steps;
+  if (o->nan_part > x->c.n_layer + 1)
+    return GJ_FAIL("--debug-nan-part %lld: the network has parts 0 (the head) to %lld (the embedding)",
+                   (long long)o->nan_part, (long long)x->c.n_layer + 1);
   return gj_oib_check(o->oib, o->clip, o->zero);
 }
 
@@ -434,7 +439,7 @@ static int train(train_ctx *x) {
   gj_adamw_hp hp = x->meta.hp;
   GJ_AGREE(x->g.world, gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, (float)o->zloss));
   gj_run r = {.o = {o->run_dir, o->steps, o->log_every, o->eval_every, o->eval_batches, o->save_every,
-                    o->keep, o->max_bad, o->compress, o->inject_nan, o->max_time, x->meta.sched},
+                    o->keep, o->max_bad, o->compress, o->inject_nan, o->nan_part, o->max_time, x->meta.sched},
               .tr = &x->tr, .loader = &x->loader, .valid = o->valid_data ? &x->valid : NULL,
               .meta = &x->meta, .B = o->micro_batch, .A = o->grad_accum, .T = o->seq_len};
   r.peak = print_summary(x);

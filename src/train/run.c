@@ -110,15 +110,22 @@ static int fill_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 
 /* The ceilings again after 10, 100, 1000... steps, keeping the best: another job on the same
  * cores can only make a measurement low, which would inflate MFU and efficiency. The probe's
- * time is not training time. */
+ * time is not training time; each GEMM probe takes about 5% of the training time so far
+ * (between 2 and 50 ms a shape, at least 3 runs of each), so that a short run is not mostly
+ * probes and a long one gets the full measurement from step 10 or 100 on. */
 static void probe_ceilings(loop_state *s, int64_t step, double *now) {
   int64_t done = step - s->first;
   while (done % 10 == 0 && done > 1) done /= 10;
   if (done != 1) return;
   if (step == s->first + 1) s->gemm_flops = gj_gemm_recorded_flops();
-  s->gemm_rate = GJ_MAX(s->gemm_rate, gj_gemm_recorded_rate(0.05));
-  if (step > s->first + 1)
-    s->peak = GJ_MAX(s->peak, gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), NULL));
+  const double trained = *now - s->t_start, shapes = GJ_MAX(1, gj_gemm_recorded_shapes());
+  /* (each measurement once: GJ_MAX evaluates its arguments twice) */
+  const double rate = gj_gemm_recorded_rate(GJ_MIN(0.05, GJ_MAX(0.002, 0.05 * trained / shapes)));
+  s->gemm_rate = GJ_MAX(s->gemm_rate, rate);
+  if (step > s->first + 1) {
+    const double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), NULL);
+    s->peak = GJ_MAX(s->peak, peak);
+  }
   double probe = gj_now() - *now;
   s->t_start += probe, s->t_last += probe, *now += probe;
 }
@@ -174,7 +181,8 @@ static int loop_step(loop_state *s, int *stop) {
   GJ_TRY(gj_loader_next(r->loader, s->G, s->win));
   if (step == s->first + 1) gj_gemm_record_reset(), gj_gemm_record(1);
   double lr = gj_schedule_lr(&o->sched, step);
-  gj_step_in in = {step, lr, r->A, r->B, r->T, (double)s->G * r->T, fill_batch, s, o->inject_nan == step};
+  gj_step_in in = {step, lr, r->A, r->B, r->T, (double)s->G * r->T, fill_batch, s,
+                   o->inject_nan == step ? (int)o->nan_part + 1 : 0};
   gj_step_out out;
   int rc = gj_train_step(r->tr, &in, &out);
   gj_gemm_record(0);

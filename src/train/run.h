@@ -19,6 +19,7 @@ typedef struct {
   int64_t steps;         /* the run ends at this step */
   int64_t log_every, eval_every, eval_batches, save_every, keep, max_bad, compress;
   int64_t inject_nan;    /* debug: the step whose gradients get a NaN (0: none) */
+  int64_t nan_part;      /* debug: the part of the network whose gradients get it (0: the head) */
   double max_time;       /* wall-clock seconds (0: none) */
   gj_schedule sched;
 } gj_run_opts;

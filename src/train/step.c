@@ -64,7 +64,7 @@ static int oib_ready(void *ctx, size_t lo, float *gr) {
   if (g->dp_size > 1)
     GJ_TRY(gj_allreduce_inplace(g->dp, gr, hi - lo, MPI_FLOAT, MPI_SUM));
   double t1 = gj_now();
-  if (r->in->inject_nan && hi == st->numel_pad) gr[0] = NAN;
+  if (r->in->inject_nan && lo == gj_layout_part_lo(&st->lay, r->in->inject_nan - 1)) gr[0] = NAN;
   double s = gj_grad_sumsq(&st->lay, gr, g->tp_rank, lo, hi - lo);
   r->sumsq += s;
   /* the TP shards of a range agree on applying it (DP ranks hold the same sums) */
@@ -133,7 +133,10 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   GJ_TRY(batch_grads(t, in, &oib, &loss_sum));
   out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
   double t0 = gj_now();
-  if (in->inject_nan && !t->oib) st->grads[st->lo] = NAN;
+  if (in->inject_nan && !t->oib) { /* where this rank holds the reduced gradients (ZeRO-1: its share) */
+    size_t at = gj_layout_part_lo(&st->lay, in->inject_nan - 1);
+    if (at >= st->lo && at < st->lo + st->n) st->grads[at] = NAN;
+  }
   double red[2];
   GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
   out->loss = red[0] / in->n_targets;

@@ -34,7 +34,9 @@ typedef struct {
   double n_targets;      /* scored targets in the global batch: gradients are scaled by its inverse */
   gj_batch_fn batch;
   void *batch_ctx;
-  int inject_nan;        /* debug: a NaN into the reduced gradients */
+  int inject_nan;        /* debug: 1 + k puts a NaN into the reduced gradients of part k of
+                          * the network (gj_layout_part_lo: 0 the head, n_layer + 1 the
+                          * embedding); 0: none */
 } gj_step_in;
 
 typedef struct {
