@@ -325,6 +325,7 @@ static double g_rec_flops;
 void gj_gemm_record(int on) { g_record = on; }
 void gj_gemm_record_reset(void) { g_rec_n = 0, g_rec_flops = 0; }
 double gj_gemm_recorded_flops(void) { return g_rec_flops; }
+int gj_gemm_recorded_shapes(void) { return g_rec_n; }
 
 static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                    int64_t ldc, float alpha, float beta, int a16, int b16) {
@@ -602,6 +603,21 @@ void gj_gemm_finalize(void) {
 
 /* ---- the ceiling of the recorded products ---- */
 
+/* Operands for the timings: per thread one buffer that holds the three operands of the
+ * largest recorded shape (thread 0: of every shape; the others: of the shapes recorded inside
+ * a parallel region) and one for their bf16 copies, allocated and filled once per
+ * gj_gemm_recorded_rate: first-touching fresh operands for each shape would cost more than
+ * timing it. */
+typedef struct {
+  float *f;
+  gj_bf16 *h;
+} probe_ops;
+
+static void shape_sizes(const rec_shape *r, size_t *na, size_t *nb, size_t *nc) {
+  *na = (size_t)(r->ta ? r->K : r->M) * r->lda, *nb = (size_t)(r->tb ? r->N : r->K) * r->ldb;
+  *nc = (size_t)r->M * r->ldc;
+}
+
 static float *fill_buf(size_t n) {
   float *p = gj_alloc(n * sizeof(float) + 64);
   if (p)
@@ -610,32 +626,29 @@ static float *fill_buf(size_t n) {
 }
 
 /* Seconds per product of shape r at the current backend (best of repetitions after a
- * warm-up). A shape recorded inside a parallel region runs on every thread at once, as in the
- * step; the repetition count is decided by one thread for all. */
-static double time_shape(const rec_shape *r, double seconds) {
-  size_t na = (size_t)(r->ta ? r->K : r->M) * r->lda, nb = (size_t)(r->tb ? r->N : r->K) * r->ldb;
-  size_t nc = (size_t)r->M * r->ldc;
+ * warm-up, at least one, as many as fit in `seconds`). A shape recorded inside a parallel region runs on every thread at once, as in the
+ * step; the repetition count is decided by one thread for all. 0 if an operand is missing. */
+static double time_shape(const rec_shape *r, double seconds, const probe_ops *ops) {
+  size_t na, nb, nc;
+  shape_sizes(r, &na, &nb, &nc);
   int nt = r->par ? omp_get_max_threads() : 1;
+  for (int t = 0; t < nt; t++)
+    if (!ops[t].f || ((r->a16 || r->b16) && !ops[t].h)) return 0;
   double best = 1e30, spent = 0, t0 = 0;
-  int fail = 0, go = 1;
+  int go = 1;
 #pragma omp parallel num_threads(nt)
   {
+    const probe_ops *o = &ops[omp_get_thread_num()];
+    float *A = o->f, *B = A + na, *C = B + nb;
     /* an operand that came with its bf16 copy is given one here too: what the door read */
-    float *A = fill_buf(na), *B = fill_buf(nb), *C = fill_buf(nc);
-    gj_bf16 *A16 = r->a16 ? malloc(na * sizeof(gj_bf16) + 64) : NULL;
-    gj_bf16 *B16 = r->b16 ? malloc(nb * sizeof(gj_bf16) + 64) : NULL;
-    if (!A || !B || !C || (r->a16 && !A16) || (r->b16 && !B16)) {
-#pragma omp atomic write
-      fail = 1;
-    } else {
-      if (A16) gj_bf16_round(A16, A, na);
-      if (B16) gj_bf16_round(B16, B, nb);
-    }
+    gj_bf16 *A16 = r->a16 ? o->h : NULL, *B16 = r->b16 ? o->h + (r->a16 ? na : 0) : NULL;
+    if (A16) gj_bf16_round(A16, A, na);
+    if (B16) gj_bf16_round(B16, B, nb);
     for (int rep = 0;; rep++) {
 #pragma omp barrier
 #pragma omp single
       {
-        go = !fail && rep < 1000 && (rep < 3 || spent < seconds);
+        go = rep < 1000 && (rep < 3 || spent < seconds);
         t0 = gj_now();
       }
       if (!go) break;
@@ -649,25 +662,45 @@ static double time_shape(const rec_shape *r, double seconds) {
         if (rep > 0 && dt < best) best = dt;
       }
     }
-    free(A), free(B), free(C), free(A16), free(B16);
   }
-  return fail ? 0 : best / nt;
+  return best / nt;
 }
 
 double gj_gemm_recorded_rate(double seconds_per_shape) {
   int was = g_record;
   g_record = 0;
+  const int nt = omp_get_max_threads();
+  /* per thread: the floats of the largest shape's operands, and of its bf16 copies */
+  size_t (*need)[2] = calloc((size_t)nt, sizeof *need);
+  probe_ops *ops = calloc((size_t)nt, sizeof *ops);
   double flops = 0, time = 0;
+  if (!need || !ops) goto out;
+  for (int i = 0; i < g_rec_n; i++) {
+    const rec_shape *r = &g_rec[i];
+    size_t na, nb, nc;
+    shape_sizes(r, &na, &nb, &nc);
+    for (int t = 0; t < (r->par ? nt : 1); t++) {
+      need[t][0] = GJ_MAX(need[t][0], na + nb + nc);
+      need[t][1] = GJ_MAX(need[t][1], (r->a16 ? na : 0) + (r->b16 ? nb : 0));
+    }
+  }
+  for (int t = 0; t < nt; t++) {
+    if (need[t][0]) ops[t].f = fill_buf(need[t][0]);
+    if (need[t][1]) ops[t].h = malloc(need[t][1] * sizeof(gj_bf16) + 64);
+  }
   for (int i = 0; i < g_rec_n; i++) {
     rec_shape *r = &g_rec[i];
     double f = 2.0 * r->M * r->N * r->K * r->count;
     /* small shapes get less time: their share of the step is small too */
-    double t = time_shape(r, seconds_per_shape * GJ_MIN(1.0, f / (g_rec_flops + 1) * 10 + 0.05));
+    double t = time_shape(r, seconds_per_shape * GJ_MIN(1.0, f / (g_rec_flops + 1) * 10 + 0.05), ops);
     if (t <= 0) continue;
     if (r->best > 0 && r->best < t) t = r->best; /* a slower moment of a noisy machine */
     r->best = t;
     flops += f, time += t * r->count;
   }
+out:
+  for (int t = 0; ops && t < nt; t++) free(ops[t].f), free(ops[t].h);
+  free(ops), free(need);
   g_record = was;
   return time > 0 ? flops / time : 0;
 }

@@ -92,6 +92,7 @@ static inline gj_bf16 gj_f32_to_bf16(float f) {
 void gj_gemm_record(int on);
 void gj_gemm_record_reset(void);
 double gj_gemm_recorded_flops(void); /* FLOPs recorded since the reset */
+int gj_gemm_recorded_shapes(void);    /* distinct shapes recorded since the reset */
 double gj_gemm_recorded_rate(double seconds_per_shape);
 
 /* The hardware's peak FLOP/s per thread for a precision, from a short tight loop run on every
