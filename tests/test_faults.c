@@ -353,17 +353,16 @@ END_TEST
 int main(void) {
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "faults")) return 1;
   Suite *s = suite_create("faults");
-  TCase *tc = tcase_create("runs");
-  tcase_set_timeout(tc, 900);
-  tcase_add_test(tc, test_lock);
-  tcase_add_test(tc, test_fresh_start_and_rotation);
-  tcase_add_test(tc, test_metrics_resume);
-  tcase_add_test(tc, test_signal_startup);
-  tcase_add_test(tc, test_long_paths);
-  tcase_add_test(tc, test_memory_cgroup);
-  tcase_add_test(tc, test_cgroup_trees);
-  tcase_add_test(tc, test_error_other_rank);
-  tcase_add_test(tc, test_start_checks);
-  suite_add_tcase(s, tc);
+  /* "long": whole-process behaviour (locks between processes, signals at start-up, a memory
+   * cgroup), left out of the sanitizer build's run */
+  TU_ADD(s, test_lock, "long", 900);
+  TU_ADD(s, test_fresh_start_and_rotation, NULL, 900);
+  TU_ADD(s, test_metrics_resume, NULL, 900);
+  TU_ADD(s, test_signal_startup, "long", 900);
+  TU_ADD(s, test_long_paths, NULL, 900);
+  TU_ADD(s, test_memory_cgroup, "long", 900);
+  TU_ADD(s, test_cgroup_trees, NULL, 900);
+  TU_ADD(s, test_error_other_rank, NULL, 900);
+  TU_ADD(s, test_start_checks, NULL, 900);
   return tu_run(s);
 }

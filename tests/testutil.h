@@ -101,6 +101,19 @@ static int tu_gptj_setup(char *B, char *S, char *M, char *out, char *data, size_
 }
 
 #ifdef CHECK_H
+/* Add test t to s as a case of its own, named as the test (CK_RUN_CASE=test_x runs only it),
+ * with a timeout and tags ("long": left out of the sanitizer build's run, CK_EXCLUDE_TAGS). */
+#define TU_ADD(s, t, tags, timeout) tu_add((s), (t), #t, (tags), (timeout))
+static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout)
+    __attribute__((unused));
+static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout) {
+  TCase *tc = tcase_create(name);
+  if (tags) tcase_set_tags(tc, tags);
+  tcase_set_timeout(tc, timeout);
+  tcase_add_test(tc, t);
+  suite_add_tcase(s, tc);
+}
+
 /* Run one suite; the process exit code (0 if every test passed). */
 static int tu_run(Suite *s) __attribute__((unused));
 static int tu_run(Suite *s) {
