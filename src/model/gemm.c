@@ -626,8 +626,10 @@ static float *fill_buf(size_t n) {
 }
 
 /* Seconds per product of shape r at the current backend (best of repetitions after a
- * warm-up, at least one, as many as fit in `seconds`). A shape recorded inside a parallel region runs on every thread at once, as in the
- * step; the repetition count is decided by one thread for all. 0 if an operand is missing. */
+ * warm-up, at least two, as many as fit in `seconds`: one run of a product of microseconds
+ * is no ceiling). A shape recorded inside a parallel region runs on every thread at once, as
+ * in the step; the repetition count is decided by one thread for all. 0 if an operand is
+ * missing. */
 static double time_shape(const rec_shape *r, double seconds, const probe_ops *ops) {
   size_t na, nb, nc;
   shape_sizes(r, &na, &nb, &nc);

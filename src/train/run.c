@@ -111,7 +111,7 @@ static int fill_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 /* The ceilings again after 10, 100, 1000... steps, keeping the best: another job on the same
  * cores can only make a measurement low, which would inflate MFU and efficiency. The probe's
  * time is not training time; each GEMM probe takes about 5% of the training time so far
- * (between 2 and 50 ms a shape, at least 3 runs of each), so that a short run is not mostly
+ * (between 2 and 50 ms a shape, at least two timed runs of each), so that a short run is not mostly
  * probes and a long one gets the full measurement from step 10 or 100 on. */
 static void probe_ceilings(loop_state *s, int64_t step, double *now) {
   int64_t done = step - s->first;
