@@ -268,12 +268,8 @@ START_TEST(test_train_step_layouts) {
 END_TEST
 
 /* The bf16 backend a test runs: auto's choice, or on a CPU without bf16 hardware OpenBLAS on
- * bf16 values (the only one such a CPU runs). */
-static gj_gemm_backend bf16_backend(void) {
-  gj_cpu_features f;
-  gj_cpu_detect(&f);
-  return f.amx_bf16 || f.avx512_bf16 ? GJ_GEMM_AUTO : GJ_GEMM_OPENBLAS;
-}
+ * bf16 values (the only one such a CPU runs; tu_bf16 in testutil.h). */
+static gj_gemm_backend bf16_backend(void) { return tu_bf16_hw() ? GJ_GEMM_AUTO : GJ_GEMM_OPENBLAS; }
 
 /* The bytes of a bf16-resident state of GPT-J c at TP tp, from the architecture: the 2-D
  * tensors (embedding, q/k/v/out, fc_in/out, lm_head) in bfloat16, the 1-D ones in float32;
