@@ -14,6 +14,7 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
   GJ_AGREE(world, rc);
   int same;
   GJ_TRY(gj_same_int(world, (int)gj_gemm_backend_in_use(), &same));
+  int chosen = b == GJ_GEMM_AUTO && same; /* auto's own pick on this rank's CPU */
   if (!same) {
     /* ranks on different CPUs chose differently: oneDNN runs everywhere */
     gj_warn("ranks chose different GEMM backends; all use oneDNN");
@@ -23,17 +24,23 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
   if (p == GJ_PREC_BF16 && !f.amx_bf16 && gj_log_rank() == 0) {
-    if (gj_gemm_backend_in_use() == GJ_GEMM_ONEDNN)
+    if (gj_gemm_backend_in_use() == GJ_GEMM_ONEDNN && chosen)
+      gj_info("--precision bf16 without AMX: the products run on AVX512_BF16 dot products, whose "
+              "peak here is above the fp32 FMA's (measured at start; --gemm openblas takes the FMA)");
+    else if (gj_gemm_backend_in_use() == GJ_GEMM_ONEDNN)
       gj_warn("--precision bf16 without AMX runs on AVX512_BF16 dot products, which on this CPU may "
               "be slower than the fp32 FMA (--gemm auto measures and picks; compare with gptj bench)");
     else if (!f.avx512_bf16)
       gj_info("--precision bf16 on a CPU without AMX-BF16 or AVX512_BF16: the products run on the fp32 "
               "FMA units on bfloat16 values (same results as bf16 products, float32 sums), at fp32's "
               "speed at best, in less activation memory");
-    else
+    else if (chosen)
       gj_info("--precision bf16 without AMX: the products run on the fp32 FMA units on bfloat16 "
               "values (same results as bf16 products, float32 sums), faster here than AVX512_BF16; "
               "--gemm onednn takes the dot products");
+    else
+      gj_info("--precision bf16 with --gemm openblas: the products run on the fp32 FMA units on bfloat16 "
+              "values (same results as bf16 products, float32 sums); --gemm auto measures which is faster here");
   }
   return 0;
 }
