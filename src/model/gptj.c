@@ -155,7 +155,9 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   size_t np, P;
   gj_state_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
-  if (gj_gemm_reads_bf16())
+  if (gj_gemm_reads_bf16() && training)
+    s->w16 = gj_layout_tail(&l, 0)[GJ_TAIL_LM_W].numel * sizeof(gj_bf16);
+  else if (gj_gemm_reads_bf16())
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
@@ -215,15 +217,18 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   if (st->w16) { /* bf16-resident weights: the state's copies are the weights */
     m->w16 = st->w16;
   } else if (gj_gemm_reads_bf16()) {
-    /* only the GEMM weights' pages are ever touched (by the first refresh); on the FMA units
-     * the products round the float32 weights themselves */
-    if (posix_memalign((void **)&m->w16, (size_t)2 << 20, np * sizeof(gj_bf16)))
+    /* an inference network: only the GEMM weights' pages are ever touched (by the first
+     * refresh); a training network: the head's weight only. On the FMA units the products
+     * round the float32 weights themselves. */
+    size_t n16 = training ? gj_layout_tail(m->lay, 0)[GJ_TAIL_LM_W].numel : np;
+    if (posix_memalign((void **)&m->w16, (size_t)2 << 20, n16 * sizeof(gj_bf16)))
       return m->w16 = NULL, gj_model_free(m),
-             GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", np * sizeof(gj_bf16));
+             GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", n16 * sizeof(gj_bf16));
 #ifdef MADV_HUGEPAGE
-    madvise(m->w16, np * sizeof(gj_bf16), MADV_HUGEPAGE);
+    madvise(m->w16, n16 * sizeof(gj_bf16), MADV_HUGEPAGE);
 #endif
     m->w16_stale = 1;
+    if (training) m->w16_head = m->P.lm_w;
   }
   if (lean_qkv(m)) lean_alias(&m->a);
   gj_rotary_table(m->a.rot_cos, m->a.rot_sin, Tmax, R); /* positions < Tmax only */
@@ -242,9 +247,13 @@ void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL && !m
 
 void gj_model_sync_w16(gj_model *m) {
   if (!m->w16 || !m->w16_stale) return;
-  for (int i = 0; i < m->lay->n; i++) {
-    const gj_tensor *t = &m->lay->t[i];
-    if (gj_tensor_has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
+  if (m->w16_head) {
+    round16(m->w16, m->w16_head, (int64_t)gj_layout_tail(m->lay, 0)[GJ_TAIL_LM_W].numel);
+  } else {
+    for (int i = 0; i < m->lay->n; i++) {
+      const gj_tensor *t = &m->lay->t[i];
+      if (gj_tensor_has_w16(t)) round16(m->w16 + t->offset, m->params + t->offset, (int64_t)t->numel);
+    }
   }
   m->w16_stale = 0;
 }
