@@ -39,6 +39,33 @@ START_TEST(test_clip) {
 }
 END_TEST
 
+/* The squared gradient norm over a range of the block: every tensor's elements in the range,
+ * a replicated tensor on TP rank 0 only, against a long-double sum; sizes not multiples of
+ * the kernel's lanes or chunks, a range that cuts tensors. */
+START_TEST(test_grad_sumsq) {
+  gj_tensor t[3] = {{.shard = GJ_SHARD_ROWS, .offset = 0, .numel = 200003},
+                    {.shard = GJ_SHARD_NONE, .offset = 200016, .numel = 37},
+                    {.shard = GJ_SHARD_COLS, .offset = 200064, .numel = 70001}};
+  gj_layout l = {.t = t, .n = 3, .numel = 270080};
+  float *g = tu_falloc(l.numel);
+  for (size_t i = 0; i < l.numel; i++) g[i] = (float)(((i * 2654435761u) % 20001) / 10000.0 - 1.0);
+  const size_t ranges[][2] = {{0, l.numel}, {5, 200030}, {200020, 70000}, {199999, 1}};
+  for (int tp_rank = 0; tp_rank < 2; tp_rank++)
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+      const size_t lo = ranges[r][0], n = ranges[r][1];
+      long double want = 0;
+      for (int k = 0; k < 3; k++) {
+        if (t[k].shard == GJ_SHARD_NONE && tp_rank) continue;
+        for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++)
+          if (i >= lo && i < lo + n) want += (long double)g[i] * g[i];
+      }
+      double got = gj_grad_sumsq(&l, g + lo, tp_rank, lo, n);
+      ck_assert_double_eq_tol(got, (double)want, 1e-12 * (double)want + 1e-300);
+    }
+  free(g);
+}
+END_TEST
+
 START_TEST(test_schedule) {
   gj_schedule s = {1e-3, 10, 110, 0.1};
   ck_assert_double_eq_tol(gj_schedule_lr(&s, 1), 1e-4, 1e-15);
@@ -58,6 +85,7 @@ int main(void) {
   TCase *tc = tcase_create("optim");
   tcase_add_test(tc, test_adamw_kernel);
   tcase_add_test(tc, test_clip);
+  tcase_add_test(tc, test_grad_sumsq);
   tcase_add_test(tc, test_schedule);
   suite_add_tcase(s, tc);
   return tu_run(s);

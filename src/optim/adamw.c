@@ -16,15 +16,35 @@ static int clip_range(const gj_tensor *t, size_t lo, size_t hi, size_t *a, size_
   return *a < *b;
 }
 
+/* The sum of squares of x[0..n) in double, in 16 independent partial sums: vectorised, where
+ * one running sum would wait on each addition's latency (a quarter of the optimizer's time at
+ * gptj-125m), and in a fixed order. */
+#define GJ_SUMSQ_LANES 16
+static double sumsq(const float *x, size_t n) {
+  double acc[GJ_SUMSQ_LANES] = {0};
+  size_t i = 0;
+  for (; i + GJ_SUMSQ_LANES <= n; i += GJ_SUMSQ_LANES) {
+#pragma omp simd
+    for (int j = 0; j < GJ_SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
+  }
+  double s = 0;
+  for (; i < n; i++) s += (double)x[i] * x[i];
+  for (int j = 0; j < GJ_SUMSQ_LANES; j++) s += acc[j];
+  return s;
+}
+
 double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n) {
+  const size_t chunk = 1 << 16;
   double total = 0;
   for (int i = 0; i < l->n; i++) {
     const gj_tensor *t = &l->t[i];
     size_t a, b;
     if ((t->shard == GJ_SHARD_NONE && tp_rank != 0) || !clip_range(t, lo, lo + n, &a, &b)) continue;
+    const float *g = grads + (a - lo);
+    const size_t m = b - a, nc = (m + chunk - 1) / chunk;
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t k = a - lo; k < b - lo; k++) s += (double)grads[k] * grads[k];
+    for (size_t c = 0; c < nc; c++) s += sumsq(g + c * chunk, GJ_MIN(chunk, m - c * chunk));
     total += s;
   }
   return total;
