@@ -30,7 +30,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 typedef struct {
-  int64_t B, T, steps, warmup, tp, zero, recompute, oib;
+  int64_t B, T, steps, warmup, tp, zero, recompute, oib, shapes;
   const char *json, *gemm, *prec;
 } bench_opts;
 
@@ -83,6 +83,8 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {"precision", GJ_OPT_STR, &o->prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
       {"json", GJ_OPT_STR, &o->json, "also write the results as one JSON object to this file", 1, 0},
+      {"shapes", GJ_OPT_I64, &o->shapes, "1: also list the step's GEMM shapes, each with its count and its rate "
+       "timed alone", 0, 1},
       {NULL}};
   int rc = gj_modelopts_parse(&x->mo, argc, argv, table, "gptj bench [--preset NAME] [options]",
                               "Times training steps on synthetic tokens. Reports MFU (model FLOP/s over the\n"
@@ -272,6 +274,7 @@ static int report(bench_ctx *x) {
   bench_figures f;
   GJ_TRY(figures(x, &f));
   print_figures(x, &f);
+  if (x->o.shapes && x->g.rank == 0) gj_gemm_recorded_print();
   int rc = x->o.json && x->g.rank == 0 ? write_json(x, &f) : 0;
   return gj_agree(x->g.world, rc);
 }

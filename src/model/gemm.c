@@ -561,7 +561,10 @@ int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
         return GJ_FAIL("--precision bf16: oneDNN's bfloat16 matmul gives wrong results on this CPU; use --precision fp32");
     }
     g_backend = b, g_prec = prec;
-    if (b == GJ_GEMM_ONEDNN)
+    if (b == GJ_GEMM_ONEDNN && r16 > 0)
+      snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d bf16 (AVX512_BF16: %.0f GFLOP/s a core, fp32 FMA %.0f)",
+               v->major, v->minor, v->patch, r16 / 1e9, r32 / 1e9);
+    else if (b == GJ_GEMM_ONEDNN)
       snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d bf16 (%s)", v->major, v->minor, v->patch,
                f.amx_bf16 ? "AMX" : "AVX512_BF16");
     else if (r16 > 0)
@@ -705,6 +708,19 @@ out:
   free(ops), free(need);
   g_record = was;
   return time > 0 ? flops / time : 0;
+}
+
+void gj_gemm_recorded_print(void) {
+  gj_info("the step's products (op(A) [M, K] x op(B) [K, N]; 16: a bf16 copy came with the operand; "
+          "par: called by each thread):");
+  for (int i = 0; i < g_rec_n; i++) {
+    const rec_shape *r = &g_rec[i];
+    if (r->best <= 0) continue;
+    gj_info("  %c%c M %6lld N %6lld K %6lld%s%s%s beta %g: %6.0f a step, %8.3f ms each, %6.1f GFLOP/s",
+            r->ta ? 'T' : 'N', r->tb ? 'T' : 'N', (long long)r->M, (long long)r->N, (long long)r->K,
+            r->a16 ? " A16" : "", r->b16 ? " B16" : "", r->par ? " par" : "", r->beta, r->count,
+            r->best * 1e3, 2.0 * r->M * r->N * r->K / r->best / 1e9);
+  }
 }
 
 /* ---- hardware peak ---- */

@@ -94,6 +94,8 @@ void gj_gemm_record_reset(void);
 double gj_gemm_recorded_flops(void); /* FLOPs recorded since the reset */
 int gj_gemm_recorded_shapes(void);    /* distinct shapes recorded since the reset */
 double gj_gemm_recorded_rate(double seconds_per_shape);
+/* Each recorded shape with its count and its best time from gj_gemm_recorded_rate (log lines). */
+void gj_gemm_recorded_print(void);
 
 /* The hardware's peak FLOP/s per thread for a precision, from a short tight loop run on every
  * thread at once (float32: AVX-512 or AVX2 FMA; bf16: AMX tiles, else AVX512_BF16 dot
