@@ -146,6 +146,9 @@ static int act_total(const act_item *fl, const gj_config *c, int64_t B, int64_t 
   return 0;
 }
 
+/* The elements of this rank's vocabulary-head weight: a training network's one bf16 copy. */
+static size_t head_numel(const gj_layout *l) { return gj_layout_tail(l, 0)[GJ_TAIL_LM_W].numel; }
+
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
                    int recompute, int training, int64_t B, int64_t T, int nthreads) {
   if (dp < 1) return GJ_FAIL("internal: DP size %d", dp);
@@ -156,7 +159,7 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   gj_state_sizes(l.numel, dp, zero, &np, &P);
   s->w16 = 0;
   if (gj_gemm_reads_bf16() && training)
-    s->w16 = gj_layout_tail(&l, 0)[GJ_TAIL_LM_W].numel * sizeof(gj_bf16);
+    s->w16 = head_numel(&l) * sizeof(gj_bf16);
   else if (gj_gemm_reads_bf16())
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
@@ -220,7 +223,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
     /* an inference network: only the GEMM weights' pages are ever touched (by the first
      * refresh); a training network: the head's weight only. On the FMA units the products
      * round the float32 weights themselves. */
-    size_t n16 = training ? gj_layout_tail(m->lay, 0)[GJ_TAIL_LM_W].numel : np;
+    size_t n16 = training ? head_numel(m->lay) : np;
     if (posix_memalign((void **)&m->w16, (size_t)2 << 20, n16 * sizeof(gj_bf16)))
       return m->w16 = NULL, gj_model_free(m),
              GJ_FAIL("out of memory: bf16 weight copies of %zu bytes", n16 * sizeof(gj_bf16));
@@ -248,7 +251,7 @@ void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL && !m
 void gj_model_sync_w16(gj_model *m) {
   if (!m->w16 || !m->w16_stale) return;
   if (m->w16_head) {
-    round16(m->w16, m->w16_head, (int64_t)gj_layout_tail(m->lay, 0)[GJ_TAIL_LM_W].numel);
+    round16(m->w16, m->w16_head, (int64_t)head_numel(m->lay));
   } else {
     for (int i = 0; i < m->lay->n; i++) {
       const gj_tensor *t = &m->lay->t[i];

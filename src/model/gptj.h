@@ -186,7 +186,9 @@ void gj_model_embed(gj_model *m, float *out, const int32_t *ids, int64_t n);
 void gj_model_weights_changed(gj_model *m);
 /* Refresh the bf16 copies now if they are stale (the forwards call it). */
 void gj_model_sync_w16(gj_model *m);
-/* The bf16 copy of parameter tensor p (a pointer into m->params), or NULL in float32. */
+/* The bf16 copy of parameter tensor p (a pointer into m->params), or NULL: in float32, on the
+ * FMA path, and in a training network for every tensor but the head's weight (the door then
+ * rounds p itself). */
 static inline const gj_bf16 *gj_model_w16(const gj_model *m, const float *p) {
   if (!m->w16) return NULL;
   if (m->w16_head) return p == m->w16_head ? m->w16 : NULL;
