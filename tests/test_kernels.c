@@ -418,7 +418,7 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   size_t n = B * T * Hl * Hd, ld = Hl * Hd;
   float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
   float *r = tu_falloc(n), *g = tu_falloc(3 * n);
-  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T));
+  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T, Hd));
   double *thd = tu_dalloc(3 * n), *od = tu_dalloc(n), *lsed = tu_dalloc(B * Hl * T);
   double *rd = tu_dalloc(n), *gd = tu_dalloc(3 * n);
   tu_fill(th, thd, 3 * n, 2.0);
@@ -470,7 +470,7 @@ START_TEST(test_attention_cache16) {
   const int64_t t1 = T - Tq - 3; /* the cache filled by a prefill of t1 rows, then the rest */
   size_t n = (size_t)T * ld;
   float *th = tu_falloc(3 * n), *o1 = tu_falloc(Tq * ld), *o2 = tu_falloc(Tq * ld);
-  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T));
+  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T, Hd));
   tu_fill(th, NULL, 3 * n, 2.0);
   gj_bf16 *dense = calloc(3 * n, sizeof(gj_bf16)), *cache = calloc(2 * Hl * Tc * Hd, sizeof(gj_bf16));
   const float *q = th + (T - Tq) * ld;
@@ -542,37 +542,118 @@ static double ce_loss_d(void *vc, double *l) {
   return s;
 }
 
+/* The shards' partial statistics combined as the model's head does (max all-reduce, rescale,
+ * sum all-reduce) */
+static double ce_two_shards(float *lse, float *shard[2], const int32_t *tg, int64_t N, int64_t Vl,
+                            double zloss, int64_t *nv) {
+  float *mx[2], *st[2], *gmx = tu_falloc(N);
+  for (int s = 0; s < 2; s++) {
+    mx[s] = tu_falloc(N), st[s] = tu_falloc(2 * N);
+    gj_ce_stats(mx[s], st[s], shard[s], tg, N, Vl, s * Vl);
+  }
+  for (int64_t i = 0; i < N; i++) gmx[i] = fmaxf(mx[0][i], mx[1][i]);
+  for (int s = 0; s < 2; s++) gj_ce_rescale(st[s], mx[s], gmx, N);
+  for (int64_t i = 0; i < 2 * N; i++) st[0][i] += st[1][i];
+  double loss = gj_ce_loss(lse, gmx, st[0], tg, N, (float)zloss, nv);
+  for (int s = 0; s < 2; s++) free(mx[s]), free(st[s]);
+  free(gmx);
+  return loss;
+}
+
 static void check_ce(double zloss) {
   const int64_t N = 6, V = 22, Vl = V / 2;
   int32_t tg[6] = {3, 21, -1, 11, 10, 0};
-  float *shard[2], *mx[2], *st[2], lse[6];
+  float *shard[2], lse[6];
   double *ld = tu_dalloc(N * V), *gd = tu_dalloc(N * V);
   float *full = tu_falloc(N * V);
   tu_fill(full, ld, N * V, 5.0);
   for (int s = 0; s < 2; s++) {
-    shard[s] = tu_falloc(N * Vl), mx[s] = tu_falloc(N), st[s] = tu_falloc(2 * N);
+    shard[s] = tu_falloc(N * Vl);
     for (int64_t i = 0; i < N; i++) memcpy(shard[s] + i * Vl, full + i * V + s * Vl, Vl * sizeof(float));
-    gj_ce_rowmax(mx[s], shard[s], N, Vl);
   }
-  for (int64_t i = 0; i < N; i++) mx[0][i] = mx[1][i] = fmaxf(mx[0][i], mx[1][i]); /* all-reduce max */
-  for (int s = 0; s < 2; s++) gj_ce_stats(st[s], shard[s], mx[s], tg, N, Vl, s * Vl);
-  for (int64_t i = 0; i < 2 * N; i++) st[0][i] = st[1][i] = st[0][i] + st[1][i]; /* all-reduce sum */
   int64_t nv;
-  double loss = gj_ce_loss(lse, mx[0], st[0], tg, N, (float)zloss, &nv);
+  double loss = ce_two_shards(lse, shard, tg, N, Vl, zloss, &nv);
   ce_ctx c = {N, V, tg, zloss};
   double ref = ce_loss_d(&c, ld);
   ck_assert_int_eq(nv, 5);
   ck_assert_double_le(fabs(loss - ref) / fabs(ref), FWD_TOL);
   float *g = tu_falloc(N * V);
   for (int s = 0; s < 2; s++) {
-    gj_ce_backward(shard[s], lse, tg, N, Vl, s * Vl, 1.0f, (float)zloss);
+    gj_ce_backward(shard[s], NULL, NULL, NULL, shard[s], lse, tg, N, Vl, s * Vl, 1.0f, (float)zloss);
     for (int64_t i = 0; i < N; i++) memcpy(g + i * V + s * Vl, shard[s] + i * Vl, Vl * sizeof(float));
   }
   tu_fd(ce_loss_d, &c, ld, N * V, gd);
   ck_assert_double_le(tu_rel(g, gd, N * V), BWD_TOL);
-  for (int s = 0; s < 2; s++) free(shard[s]), free(mx[s]), free(st[s]);
+  for (int s = 0; s < 2; s++) free(shard[s]);
   free(ld), free(gd), free(full), free(g);
 }
+
+/* Rows longer than the kernels' column blocks, whose max comes late (the online sums are
+ * rescaled) or first, with an ignored row holding NaN: the loss, the gradient, its bfloat16
+ * copy and the bias gradient, from one pass each, against double references. */
+START_TEST(test_crossentropy_blocks) {
+  const int64_t N = 5, Vl = 1337, V = 2 * Vl;
+  int32_t tg[5] = {5, 1400, -1, 2673, 700};
+  const float scale = 0.25f, zloss = 1e-3f;
+  double *ld = tu_dalloc(N * V);
+  float *full = tu_falloc(N * V), lse[5];
+  tu_fill(full, ld, N * V, 3.0);
+  for (int64_t j = 0; j < V; j++) { /* row 1: rising (the max in the last block); row 4: falling */
+    full[1 * V + j] = (float)(ld[1 * V + j] = 0.01 * (double)j - 20.0);
+    full[4 * V + j] = (float)(ld[4 * V + j] = -0.02 * (double)j);
+  }
+  full[2 * V + 7] = NAN; /* an ignored row's logits are not looked at */
+  float *shard[2];
+  for (int s = 0; s < 2; s++) {
+    shard[s] = tu_falloc(N * Vl);
+    for (int64_t i = 0; i < N; i++) memcpy(shard[s] + i * Vl, full + i * V + s * Vl, Vl * sizeof(float));
+  }
+  int64_t nv;
+  double loss = ce_two_shards(lse, shard, tg, N, Vl, zloss, &nv);
+  ck_assert_int_eq(nv, 4);
+  /* double reference: loss, d logits and the bias gradient (column sums of d) */
+  double ref = 0, *dd = tu_dalloc(N * V), *db = tu_dalloc(V);
+  for (int64_t i = 0; i < N; i++) {
+    if (tg[i] < 0) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < V; j++) mx = fmax(mx, ld[i * V + j]);
+    for (int64_t j = 0; j < V; j++) sum += exp(ld[i * V + j] - mx);
+    double z = mx + log(sum);
+    ref += z - ld[i * V + tg[i]] + zloss * z * z;
+    for (int64_t j = 0; j < V; j++) {
+      dd[i * V + j] = scale * (exp(ld[i * V + j] - z) * (1 + 2 * zloss * z) - (j == tg[i]));
+      db[j] += dd[i * V + j];
+    }
+  }
+  ck_assert_double_le(fabs(loss - ref) / fabs(ref), FWD_TOL);
+  float *d = tu_falloc(N * Vl), *bias = tu_falloc(Vl), *bias2 = tu_falloc(Vl);
+  float *acc = tu_falloc(gj_ce_backward_scratch(omp_get_max_threads(), Vl));
+  gj_bf16 *d16 = calloc(N * Vl, sizeof(gj_bf16)), *r16 = calloc(N * Vl, sizeof(gj_bf16));
+  for (int s = 0; s < 2; s++) {
+    memset(bias, 0, Vl * sizeof(float));
+    for (int64_t j = 0; j < Vl; j++) bias2[j] = 1.0f; /* accumulates */
+    gj_ce_backward(d, NULL, bias, acc, shard[s], lse, tg, N, Vl, s * Vl, scale, zloss);
+    gj_ce_backward(NULL, d16, bias2, acc, shard[s], lse, tg, N, Vl, s * Vl, scale, zloss);
+    gj_bf16_round(r16, d, N * Vl);
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t j = 0; j < Vl; j++) {
+        double r = dd[i * V + s * Vl + j];
+        ck_assert_msg(fabs(d[i * Vl + j] - r) <= 1e-6 * scale + 1e-5 * fabs(r), "d[%lld, %lld] %g vs %g",
+                      (long long)i, (long long)(s * Vl + j), d[i * Vl + j], r);
+        ck_assert_uint_eq(d16[i * Vl + j], r16[i * Vl + j]);
+      }
+    for (int64_t j = 0; j < Vl; j++) { /* the column sums of d as written, added to dbias */
+      double cs = 0, ca = 0;
+      for (int64_t i = 0; i < N; i++) cs += d[i * Vl + j], ca += fabs(d[i * Vl + j]);
+      ck_assert_msg(fabs(bias[j] - cs) <= 1e-6 * ca && fabs(cs - db[s * Vl + j]) <= 1e-5 * ca + 1e-7,
+                    "dbias[%lld] %g vs %g (double %g)", (long long)(s * Vl + j), bias[j], cs, db[s * Vl + j]);
+      ck_assert_msg(fabs(bias2[j] - (1.0 + bias[j])) <= 1e-6, "dbias[%lld] accumulated %g", (long long)j, bias2[j]);
+    }
+  }
+  for (int s = 0; s < 2; s++) free(shard[s]);
+  free(ld), free(full), free(dd), free(db), free(d), free(bias), free(bias2), free(acc), free(d16), free(r16);
+}
+END_TEST
 
 /* gj_crc32 against zlib: every length up to 600 and random ones up to 100 kB at every
  * alignment, chained calls, and one buffer over 4 GB (zlib's 32-bit length split). */
@@ -633,6 +714,7 @@ int main(void) {
   tcase_add_test(tc, test_crc32);
   tcase_add_test(tc, test_crossentropy);
   tcase_add_test(tc, test_crossentropy_zloss);
+  tcase_add_test(tc, test_crossentropy_blocks);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -29,8 +29,20 @@ void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, 
   gj_attention_heads16_at(dst, T, 0, src, B, T, Hl, Hd, ld);
 }
 
-size_t gj_attention_scratch_floats(int nthreads, int64_t Tk) {
-  return (size_t)nthreads * 2 * GJ_ATTN_QBLOCK * (size_t)Tk;
+/* A thread's scratch: two [QBLOCK, Tk] blocks (scores and their gradients), dK and dV of its
+ * head, dense [Tk, Hd] each (backward), then two [QBLOCK, Tk] bfloat16 blocks: the copies of
+ * the probabilities and of the scores' gradients that the products read when they read bf16
+ * (written by the softmax loops, so that the door rounds no tile, dS not twice). */
+static size_t thread_floats(int64_t Tk, int64_t Hd) {
+  return 2 * (size_t)Tk * (GJ_ATTN_QBLOCK + Hd) + (size_t)GJ_ATTN_QBLOCK * Tk;
+}
+/* its bfloat16 blocks */
+static gj_bf16 *thread_bf16(float *t, int64_t Tk, int64_t Hd) {
+  return (gj_bf16 *)(t + 2 * (size_t)Tk * (GJ_ATTN_QBLOCK + Hd));
+}
+
+size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd) {
+  return (size_t)nthreads * thread_floats(Tk, Hd);
 }
 
 void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -43,7 +55,8 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
     int64_t b = bh / Hl, h = bh % Hl;
-    float *S = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * Tk;
+    float *S = scratch + (size_t)omp_get_thread_num() * thread_floats(Tk, Hd);
+    gj_bf16 *P16 = gj_gemm_reads_bf16() ? thread_bf16(S, Tk, Hd) : NULL;
     const float *Q = q + b * qbs + h * Hd, *K = k + b * kbs + h * Hd, *Vv = v + b * kbs + h * Hd;
     const gj_bf16 *Q16 = HEAD16(qkv16, 0, Tq), *K16 = HEAD16(qkv16, 1, Tkc), *V16 = HEAD16(qkv16, 2, Tkc);
     /* the stride of what the GEMM door reads: the bf16 copy when there is one */
@@ -69,9 +82,10 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
 #pragma omp simd
         for (int64_t j = 0; j < nv; j++) s[j] *= inv;
         for (int64_t j = nv; j < nk; j++) s[j] = 0.0f;
+        if (P16) gj_bf16_round(P16 + r * nk, s, (size_t)nk);
         if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + logf(sum);
       }
-      gj_gemm(0, 0, qb, Hd, nk, 1.0f, S, NULL, nk, Vv, V16, lv, 0.0f, O + i0 * ldo, ldo);
+      gj_gemm(0, 0, qb, Hd, nk, 1.0f, S, P16, nk, Vv, V16, lv, 0.0f, O + i0 * ldo, ldo);
     }
   }
 }
@@ -84,8 +98,13 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
     int64_t b = bh / Hl, h = bh % Hl;
-    float *P = scratch + (size_t)omp_get_thread_num() * 2 * GJ_ATTN_QBLOCK * T;
+    float *P = scratch + (size_t)omp_get_thread_num() * thread_floats(T, Hd);
     float *dS = P + GJ_ATTN_QBLOCK * T;
+    /* the head's dK and dV are summed over the query blocks in dense [T, Hd] scratch, where the
+     * AMX kernels accumulate (a strided destination would not get them), then copied out */
+    float *dKh = dS + GJ_ATTN_QBLOCK * T, *dVh = dKh + T * Hd;
+    gj_bf16 *P16 = gj_gemm_reads_bf16() ? thread_bf16(P, T, Hd) : NULL;
+    gj_bf16 *dS16 = P16 ? P16 + GJ_ATTN_QBLOCK * T : NULL;
     size_t base = (size_t)b * T * ld + h * Hd;
     const float *Q = q + base, *K = k + base, *Vv = v + base, *dO = dout + base, *O = out + base;
     const gj_bf16 *Q16 = HEAD16(qkvd16, 0, T), *K16 = HEAD16(qkvd16, 1, T), *V16 = HEAD16(qkvd16, 2, T);
@@ -93,10 +112,7 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     const int64_t lq = Q16 ? Hd : ld, lk = K16 ? Hd : ld, lv = V16 ? Hd : ld, lo = dO16 ? Hd : ld;
     float *dQ = dq + base, *dK = dk + base, *dV = dv + base;
     const float *L = lse + (b * Hl + h) * T;
-    for (int64_t t = 0; t < T; t++) {
-      memset(dK + t * ld, 0, Hd * sizeof(float));
-      memset(dV + t * ld, 0, Hd * sizeof(float));
-    }
+    memset(dKh, 0, 2 * (size_t)T * Hd * sizeof(float));
     for (int64_t i0 = 0; i0 < T; i0 += GJ_ATTN_QBLOCK) {
       int64_t qb = T - i0 < GJ_ATTN_QBLOCK ? T - i0 : GJ_ATTN_QBLOCK;
       int64_t nk = i0 + qb;
@@ -109,16 +125,26 @@ void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
         for (int64_t d = 0; d < Hd; d++) Di += dor[d] * o[d];
         int64_t nv = i0 + r + 1;
         float l = L[i0 + r];
+        /* dS carries the softmax's scale, which dQ and dK both take: the products then have
+         * alpha 1 (oneDNN's output scale costs a pass of its own on small tiles) */
 #pragma omp simd
         for (int64_t j = 0; j < nv; j++) {
           p[j] = gj_expf(p[j] - l);
-          ds[j] = p[j] * (ds[j] - Di);
+          ds[j] = scale * (p[j] * (ds[j] - Di));
         }
         for (int64_t j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
+        if (P16) {
+          gj_bf16_round(P16 + r * nk, p, (size_t)nk);
+          gj_bf16_round(dS16 + r * nk, ds, (size_t)nk);
+        }
       }
-      gj_gemm(0, 0, qb, Hd, nk, scale, dS, NULL, nk, K, K16, lk, 0.0f, dQ + i0 * ld, ld);
-      gj_gemm(1, 0, nk, Hd, qb, scale, dS, NULL, nk, Q + i0 * ld, AT(Q16, i0 * Hd), lq, 1.0f, dK, ld);
-      gj_gemm(1, 0, nk, Hd, qb, 1.0f, P, NULL, nk, dO + i0 * ld, AT(dO16, i0 * Hd), lo, 1.0f, dV, ld);
+      gj_gemm(0, 0, qb, Hd, nk, 1.0f, dS, dS16, nk, K, K16, lk, 0.0f, dQ + i0 * ld, ld);
+      gj_gemm(1, 0, nk, Hd, qb, 1.0f, dS, dS16, nk, Q + i0 * ld, AT(Q16, i0 * Hd), lq, 1.0f, dKh, Hd);
+      gj_gemm(1, 0, nk, Hd, qb, 1.0f, P, P16, nk, dO + i0 * ld, AT(dO16, i0 * Hd), lo, 1.0f, dVh, Hd);
+    }
+    for (int64_t t = 0; t < T; t++) {
+      memcpy(dK + t * ld, dKh + t * Hd, Hd * sizeof(float));
+      memcpy(dV + t * ld, dVh + t * Hd, Hd * sizeof(float));
     }
   }
 }

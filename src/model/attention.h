@@ -10,8 +10,8 @@
 
 #define GJ_ATTN_QBLOCK 64
 
-/* Floats of scratch the kernels need for nthreads threads and up to Tk keys. */
-size_t gj_attention_scratch_floats(int nthreads, int64_t Tk);
+/* Floats of scratch the kernels need for nthreads threads, up to Tk keys and head size Hd. */
+size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd);
 
 /* Query row t of batch b (absolute position pos0 + t, pos0 = Tk - Tq) sees keys 0..pos0+t.
  * out [B, Tq, Hl*Hd] (row stride ldo, batch stride Tq*ldo);

@@ -94,7 +94,7 @@ typedef struct {
   void *p;
   size_t cap;
 } scratch;
-static __thread scratch tl_a, tl_b, tl_pad;
+static __thread scratch tl_a, tl_b, tl_c, tl_pad;
 static __thread dnnl_stream_t tl_stream;
 
 static void *scratch_get(scratch *s, size_t bytes) {
@@ -140,11 +140,11 @@ void gj_bf16_round(gj_bf16 *dst, const float *src, size_t n) {
 /* ---- oneDNN ---- */
 
 typedef struct {
-  int ta, tb, bf16;
+  int ta, tb, bf16, bias;
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
   dnnl_primitive_t prim;
-  dnnl_memory_desc_t a_md, b_md, c_md;
+  dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
   size_t pad_bytes;
 } prim_entry;
 
@@ -162,7 +162,7 @@ static unsigned g_epoch = 1; /* bumped by gj_gemm_finalize: every thread's table
 
 static uint64_t key_hash(const prim_entry *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[] = {k->ta, k->tb, k->bf16, k->M, k->N, k->K, k->lda, k->ldb, k->ldc};
+  int64_t v[] = {k->ta, k->tb, k->bf16, k->bias, k->M, k->N, k->K, k->lda, k->ldb, k->ldc};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
   uint32_t fa, fb;
   memcpy(&fa, &k->alpha, 4), memcpy(&fb, &k->beta, 4);
@@ -171,7 +171,7 @@ static uint64_t key_hash(const prim_entry *k) {
 }
 
 static int key_eq(const prim_entry *x, const prim_entry *y) {
-  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->M == y->M && x->N == y->N &&
+  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->bias == y->bias && x->M == y->M && x->N == y->N &&
          x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
          x->alpha == y->alpha && x->beta == y->beta;
 }
@@ -202,8 +202,11 @@ static dnnl_status_t prim_create(prim_entry *k) {
       (st = dnnl_memory_desc_init_by_strides(&k->b_md, 2, bd, in, bs)) ||
       (st = dnnl_memory_desc_init_by_strides(&k->c_md, 2, cd, dnnl_f32, cs)))
     return st;
+  dnnl_dims_t biasd = {1, k->N};
+  if (k->bias && (st = dnnl_memory_desc_init_by_tag(&k->bias_md, 2, biasd, dnnl_f32, dnnl_ab))) return st;
   dnnl_matmul_desc_t md;
-  if ((st = dnnl_matmul_desc_init(&md, &k->a_md, &k->b_md, NULL, &k->c_md))) return st;
+  if ((st = dnnl_matmul_desc_init(&md, &k->a_md, &k->b_md, k->bias ? &k->bias_md : NULL, &k->c_md)))
+    return st;
   dnnl_primitive_attr_t attr;
   if ((st = dnnl_primitive_attr_create(&attr))) return st;
   dnnl_post_ops_t po = NULL;
@@ -277,21 +280,41 @@ static prim_entry *prim_get(const prim_entry *k) {
   return e;
 }
 
+/* C = alpha op(A) op(B) (+ bias, a row [N] added to every row; alpha is then 1) + beta C */
 static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                         const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc, int bf16) {
-  prim_entry key = {ta, tb, bf16, M, N, K, lda, ldb, ldc, alpha, beta, NULL, {0}, {0}, {0}, 0};
+                         const void *A, int64_t lda, const void *B, int64_t ldb, const float *bias,
+                         float beta, float *C, int64_t ldc, int bf16) {
+  /* oneDNN 2.6 runs a matmul on its AMX (brgemm) kernels only into a dense destination: with
+   * ldc > N (an attention tile inside [T, D] rows) it falls to its non-AMX gemm, 2-5x slower on
+   * the attention's tiles. Such a product goes to a dense scratch, then into C. */
+  if (ldc != N) {
+    float *D = scratch_get(&tl_c, (size_t)M * N * sizeof(float));
+    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, 0.0f, D, N, bf16);
+    for (int64_t i = 0; i < M; i++) {
+      float *c = C + i * ldc;
+      const float *d = D + i * N;
+      if (beta == 0.0f) memcpy(c, d, (size_t)N * sizeof(float));
+      else
+#pragma omp simd
+        for (int64_t j = 0; j < N; j++) c[j] = d[j] + beta * c[j];
+    }
+    return;
+  }
+  prim_entry key = {.ta = ta, .tb = tb, .bf16 = bf16, .bias = bias != NULL, .M = M, .N = N, .K = K,
+                    .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
   prim_entry *e = prim_get(&key);
   dnnl_status_t st;
   if (!tl_stream && (st = dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags)))
     die_dnnl("stream creation", st, &key);
-  dnnl_memory_t ma, mb, mc, mp = NULL;
+  dnnl_memory_t ma, mb, mc, mbias = NULL, mp = NULL;
   if ((st = dnnl_memory_create(&ma, &e->a_md, g_engine, (void *)A)) ||
       (st = dnnl_memory_create(&mb, &e->b_md, g_engine, (void *)B)) ||
-      (st = dnnl_memory_create(&mc, &e->c_md, g_engine, C)))
+      (st = dnnl_memory_create(&mc, &e->c_md, g_engine, C)) ||
+      (bias && (st = dnnl_memory_create(&mbias, &e->bias_md, g_engine, (void *)bias))))
     die_dnnl("memory creation", st, &key);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
   int nargs = 3;
+  if (mbias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
   if (e->pad_bytes) {
     dnnl_memory_desc_t pmd;
     dnnl_dims_t pd = {(dnnl_dim_t)e->pad_bytes};
@@ -303,6 +326,7 @@ static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
   if ((st = dnnl_primitive_execute(e->prim, tl_stream, nargs, args))) die_dnnl("execution", st, &key);
   dnnl_stream_wait(tl_stream);
   dnnl_memory_destroy(ma), dnnl_memory_destroy(mb), dnnl_memory_destroy(mc);
+  if (mbias) dnnl_memory_destroy(mbias);
   if (mp) dnnl_memory_destroy(mp);
 }
 
@@ -310,6 +334,7 @@ static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
 
 typedef struct {
   int ta, tb, par, a16, b16; /* a16, b16: the operand came with its bf16 copy */
+  int bias;                  /* with a bias row (gj_gemm_bias) */
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
   double count;
@@ -328,7 +353,7 @@ double gj_gemm_recorded_flops(void) { return g_rec_flops; }
 int gj_gemm_recorded_shapes(void) { return g_rec_n; }
 
 static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   int64_t ldc, float alpha, float beta, int a16, int b16) {
+                   int64_t ldc, float alpha, float beta, int a16, int b16, int bias) {
   int par = omp_in_parallel();
   if (g_prec != GJ_PREC_BF16) a16 = b16 = 0;
 #pragma omp critical(gj_gemm_rec)
@@ -337,13 +362,14 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
     int i = 0;
     for (; i < g_rec_n; i++) {
       rec_shape *r = &g_rec[i];
-      if (r->ta == ta && r->tb == tb && r->par == par && r->a16 == a16 && r->b16 == b16 && r->M == M && r->N == N && r->K == K &&
+      if (r->ta == ta && r->tb == tb && r->par == par && r->a16 == a16 && r->b16 == b16 &&
+          r->bias == bias && r->M == M && r->N == N && r->K == K &&
           r->lda == lda && r->ldb == ldb && r->ldc == ldc && r->alpha == alpha && r->beta == beta)
         break;
     }
     if (i < g_rec_n) g_rec[i].count += 1;
     else if (g_rec_n < GJ_REC_MAX)
-      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
+      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, bias, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
   }
 }
 
@@ -425,16 +451,31 @@ static void bf16_on_fma(int ta, int tb, int64_t M, int64_t N, int64_t K, float a
 
 /* ---- the door ---- */
 
-void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-             const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
-             float beta, float *C, int64_t ldc) {
+/* C = bias + beta C, row by row (for the backends without a bias argument; they then run with
+ * beta 1) */
+static void bias_into(float *C, const float *bias, float beta, int64_t M, int64_t N, int64_t ldc) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && M * N > 65536)
+  for (int64_t i = 0; i < M; i++) {
+    float *c = C + i * ldc;
+    if (beta == 0.0f) memcpy(c, bias, (size_t)N * sizeof(float));
+    else
+#pragma omp simd
+      for (int64_t j = 0; j < N; j++) c[j] = bias[j] + beta * c[j];
+  }
+}
+
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                 const float *bias, float beta, float *C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (g_record) record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL);
+  if (g_record) record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL);
   if (K <= 0) {
     for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      for (int64_t j = 0; j < N; j++)
+        C[i * ldc + j] = (bias ? bias[j] : 0.0f) + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
     return;
   }
+  if (g_backend == GJ_GEMM_OPENBLAS && bias) bias_into(C, bias, beta, M, N, ldc), beta = 1.0f;
   if (g_backend == GJ_GEMM_OPENBLAS && g_prec == GJ_PREC_BF16) {
     bf16_on_fma(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, beta, C, ldc);
     return;
@@ -445,7 +486,7 @@ void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return;
   }
   if (g_prec == GJ_PREC_F32) {
-    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
+    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, beta, C, ldc, 0);
     return;
   }
   /* bf16: round the operands that have no bfloat16 copy, densely */
@@ -461,7 +502,19 @@ void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const
     round_rows(t, B, r, c, ldb);
     Bh = t, ldb = c;
   }
-  dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, C, ldc, 1);
+  dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, beta, C, ldc, 1);
+}
+
+void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+             const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+             float beta, float *C, int64_t ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, ldc);
+}
+
+void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                  const float *bias, float beta, float *C, int64_t ldc) {
+  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, ldc);
 }
 
 /* ---- checks and setup ---- */
@@ -475,13 +528,15 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
   int bad = 0;
   static const int64_t shapes[][3] = {{67, 45, 129}, {1, 300, 77}, {130, 1, 64}, {33, 97, 1}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !bad; s++)
-    for (int kind = 0; kind < 8 && !bad; kind++) {
-      int ta = kind & 1, tb = (kind >> 1) & 1;
-      float alpha = (kind & 4) ? 0.125f : 1.0f, beta = (kind & 4) ? 1.0f : 0.0f;
+    for (int kind = 0; kind < 12 && !bad; kind++) {
+      /* kinds 0-3: alpha 1, beta 0; 4-7: alpha 1/8, beta 1; 8-11: a bias row, beta 0 or 1 */
+      int ta = kind & 1, tb = (kind >> 1) & 1, mode = kind >> 2;
+      float alpha = mode == 1 ? 0.125f : 1.0f, beta = mode == 1 || (mode == 2 && ta) ? 1.0f : 0.0f;
       int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
       int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
       size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
-      float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4);
+      float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc((nc + N) * 4);
+      float *bias = mode == 2 ? C + nc : NULL;
       double *R = malloc((size_t)M * N * 8);
       if (!A || !B || !C || !R) {
         free(A), free(B), free(C), free(R);
@@ -491,7 +546,7 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
       uint64_t seed = 12345 + s * 8 + kind;
       for (size_t i = 0; i < na; i++) A[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
       for (size_t i = 0; i < nb; i++) B[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
-      for (size_t i = 0; i < nc; i++) C[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
+      for (size_t i = 0; i < nc + N; i++) C[i] = (float)((lcg(&seed) >> 40) / 16777216.0 - 0.5);
       for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
           double acc = 0;
@@ -500,9 +555,9 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
             if (prec == GJ_PREC_BF16) a = gj_bf16_to_f32(gj_f32_to_bf16(a)), bb = gj_bf16_to_f32(gj_f32_to_bf16(bb));
             acc += (double)a * bb;
           }
-          R[i * N + j] = alpha * acc + beta * C[i * ldc + j];
+          R[i * N + j] = alpha * acc + (bias ? bias[j] : 0.0) + beta * C[i * ldc + j];
         }
-      gj_gemm(ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, beta, C, ldc);
+      gemm(ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, bias, beta, C, ldc);
       /* float32 accumulation of K products of numbers below 1/2: error below K * 2^-24 */
       double tol = 1e-6 * (double)K + 1e-6;
       for (int64_t i = 0; i < M && !bad; i++)
@@ -600,8 +655,8 @@ void gj_gemm_finalize(void) {
   g_cache = NULL, g_cache_cap = g_cache_n = 0;
   g_epoch++;
   /* the engine and the threads' streams stay: other threads may still hold a stream */
-  free(tl_a.p), free(tl_b.p), free(tl_pad.p);
-  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_pad, 0, sizeof tl_pad);
+  free(tl_a.p), free(tl_b.p), free(tl_c.p), free(tl_pad.p);
+  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_c, 0, sizeof tl_c), memset(&tl_pad, 0, sizeof tl_pad);
 }
 
 /* ---- the ceiling of the recorded products ---- */
@@ -618,7 +673,7 @@ typedef struct {
 
 static void shape_sizes(const rec_shape *r, size_t *na, size_t *nb, size_t *nc) {
   *na = (size_t)(r->ta ? r->K : r->M) * r->lda, *nb = (size_t)(r->tb ? r->N : r->K) * r->ldb;
-  *nc = (size_t)r->M * r->ldc;
+  *nc = (size_t)r->M * r->ldc + (r->bias ? (size_t)r->N : 0); /* C, then the bias row */
 }
 
 static float *fill_buf(size_t n) {
@@ -657,8 +712,8 @@ static double time_shape(const rec_shape *r, double seconds, const probe_ops *op
         t0 = gj_now();
       }
       if (!go) break;
-      gj_gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, A16, r->lda, B, B16, r->ldb, r->beta, C,
-              r->ldc);
+      gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, A16, r->lda, B, B16, r->ldb,
+           r->bias ? C + (size_t)r->M * r->ldc : NULL, r->beta, C, r->ldc);
 #pragma omp barrier
 #pragma omp single
       {
@@ -716,9 +771,10 @@ void gj_gemm_recorded_print(void) {
   for (int i = 0; i < g_rec_n; i++) {
     const rec_shape *r = &g_rec[i];
     if (r->best <= 0) continue;
-    gj_info("  %c%c M %6lld N %6lld K %6lld%s%s%s beta %g: %6.0f a step, %8.3f ms each, %6.1f GFLOP/s",
+    gj_info("  %c%c M %6lld N %6lld K %6lld%s%s%s%s beta %g: %6.0f a step, %8.3f ms each, %6.1f GFLOP/s",
             r->ta ? 'T' : 'N', r->tb ? 'T' : 'N', (long long)r->M, (long long)r->N, (long long)r->K,
-            r->a16 ? " A16" : "", r->b16 ? " B16" : "", r->par ? " par" : "", r->beta, r->count,
+            r->a16 ? " A16" : "", r->b16 ? " B16" : "", r->par ? " par" : "", r->bias ? " bias" : "",
+            r->beta, r->count,
             r->best * 1e3, 2.0 * r->M * r->N * r->K / r->best / 1e9);
   }
 }

@@ -70,6 +70,13 @@ void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const
              const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
              float beta, float *C, int64_t ldc);
 
+/* The same with alpha 1 and a bias row added to every row of the product:
+ * C[M, N] = op(A) op(B) + bias[N] + beta C. oneDNN adds it as the product is written (no pass
+ * over C of its own, and with beta 0 C is not read); OpenBLAS gets C = bias + beta C first. */
+void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                  const float *bias, float beta, float *C, int64_t ldc);
+
 /* bfloat16 rounding (nearest, ties to even; NaN stays NaN; float32 subnormals become signed
  * zero, as the AVX512_BF16 conversion instruction does) and widening. */
 void gj_bf16_round(gj_bf16 *dst, const float *src, size_t n);

@@ -36,7 +36,7 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 36
+#define GJ_ACT_ITEMS 37
 typedef struct { float **p; size_t n; } act_item;
 
 /* Saturating size arithmetic for the activation sizes: a product that overflows becomes
@@ -98,9 +98,10 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->pre, qf * smul3(Lq, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
+      {&a->ce_acc, nograd ? 0 : gj_ce_backward_scratch(nthreads, Vl)},
       {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
       {&a->dk, gDl}, {&a->dv, gDl}, {&a->datt, gDl}, {&a->dact, smul(N, Fl)},
-      {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax)},
+      {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax, gj_config_head_dim(c))},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
       {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
@@ -415,8 +416,9 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
 
 /* The vocabulary head over rows [r0, r0 + R): logits into lg [R, Vl], the vocab-parallel
  * cross-entropy (two small TP all-reduces) and the loss of those rows; ce_lse[r0..] keeps
- * log Z for backward. With scale != 0 also its backward, at once: lg becomes d loss / d logits,
- * dh[r0..] (this shard's partial d xf) and the lm_head gradients accumulate. */
+ * log Z for backward. With scale != 0 also its backward, at once: d loss / d logits (into lg,
+ * or into g16 only in bf16), dh[r0..] (this shard's partial d xf) and the lm_head gradients
+ * accumulate. */
 static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss, float scale,
                      double *loss_sum, int64_t *n_valid) {
   gj_acts *a = &m->a;
@@ -425,17 +427,24 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   float *mx = a->ce_mx + r0, *st = a->ce_stats + 2 * r0, *lse = a->ce_lse + r0;
   const float *xf = a->xf + r0 * D;
   TIMED(GJ_PROF_VOCAB, gj_linear_forward(lg, xf, NULL, m->P.lm_w, W16(m->P.lm_w), m->P.lm_b, R, D, Vl, 0);
-        gj_ce_rowmax(mx, lg, R, Vl));
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, mx, R)));
-  TIMED(GJ_PROF_VOCAB, gj_ce_stats(st, lg, mx, tg, R, Vl, m->v0));
-  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
+        gj_ce_stats(mx, st, lg, tg, R, Vl, m->v0));
+  if (m->g->tp_size > 1) {
+    /* each shard's sums are relative to its own max: lse keeps that max until gj_ce_loss */
+    memcpy(lse, mx, R * sizeof(float));
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, mx, R)));
+    gj_ce_rescale(st, lse, mx, R);
+    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
+  }
   int64_t nv;
   *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv);
   *n_valid += nv;
   if (scale == 0.0f) return 0;
-  TIMED(GJ_PROF_VOCAB, gj_ce_backward(lg, lse, tg, R, Vl, m->v0, scale, zloss);
-        const gj_bf16 *g16 = round16(a->g16, lg, R * Vl);
-        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, m->G.lm_b, lg, g16, xf, NULL, m->P.lm_w,
+  /* one pass: d logits (into lg, or only its bf16 copy when the products read that) and the
+   * bias gradient */
+  gj_bf16 *g16 = a->g16;
+  TIMED(GJ_PROF_VOCAB, gj_ce_backward(g16 ? NULL : lg, g16, m->G.lm_b, a->ce_acc, lg, lse, tg, R, Vl,
+                                      m->v0, scale, zloss);
+        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, NULL, lg, g16, xf, NULL, m->P.lm_w,
                            W16(m->P.lm_w), R, D, Vl, 0));
   return 0;
 }
@@ -560,7 +569,8 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
       return GJ_FAIL("internal: a training model's backward runs through gj_model_forward_backward");
     slot_part(m, 0);
     /* d xf = dlogits W (partial over the vocab shards), from the whole stored logits */
-    TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, a->ce_lse, a->targets, N, Vl, m->v0, scale, zloss);
+    TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, NULL, NULL, NULL, a->logits, a->ce_lse, a->targets, N,
+                                        Vl, m->v0, scale, zloss);
           gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, NULL, a->xf, NULL, m->P.lm_w,
                              W16(m->P.lm_w), N, D, Vl, 0));
   }

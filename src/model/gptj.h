@@ -30,6 +30,7 @@ typedef struct {
                              * backward turns it into d loss / d logits */
   float *ce_mx, *ce_lse;    /* [N] */
   float *ce_stats;          /* [2N] */
+  float *ce_acc;            /* [nthreads, Vl]: the bias gradient's partial sums (training) */
   int32_t *ids, *targets;   /* [N] copies of the inputs */
   /* Work buffers. */
   float *y;                 /* [N, D] block output partial sums */

@@ -3,13 +3,7 @@
 void gj_linear_forward(float *y, const float *x, const gj_bf16 *x16, const float *W,
                        const gj_bf16 *W16, const float *b, int64_t N, int64_t Din, int64_t Dout,
                        int accumulate) {
-  if (b) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++)
-      for (int64_t o = 0; o < Dout; o++) y[i * Dout + o] = (accumulate ? y[i * Dout + o] : 0.0f) + b[o];
-    accumulate = 1;
-  }
-  gj_gemm(0, 1, N, Dout, Din, 1.0f, x, x16, Din, W, W16, Din, accumulate ? 1.0f : 0.0f, y, Dout);
+  gj_gemm_bias(0, 1, N, Dout, Din, x, x16, Din, W, W16, Din, b, accumulate ? 1.0f : 0.0f, y, Dout);
 }
 
 /* db [Dout] += sum over rows of dy [N, Dout], by column blocks so that each thread reads its
