@@ -96,6 +96,15 @@ void gj_tmp_unregister(const char *path);
 void gj_log_set_world(int rank, int size);
 int gj_log_world(void);
 
+/* A hot elementwise kernel: GCC compiles it (and the OpenMP bodies outlined from it) twice, for
+ * the build's target (x86-64-v3: AVX2) and for x86-64-v4 (AVX-512, 16 floats a vector), and
+ * picks one when the program loads, by the CPU it runs on. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GJ_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define GJ_HOT
+#endif
+
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
 

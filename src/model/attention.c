@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "common.h"
 #include "model/fastmath.h"
 #include "model/gemm.h"
 
@@ -13,7 +14,7 @@
 #define HEAD16(set, i, n) ((set) && (set)[i] ? (set)[i] + ((size_t)(b * Hl + h) * (n)) * Hd : NULL)
 #define AT(p, off) ((p) ? (p) + (off) : NULL)
 
-void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
+GJ_HOT void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
                              int64_t T, int64_t Hl, int64_t Hd, int64_t ld) {
   assert(t0 >= 0 && t0 + T <= Tc);
 #pragma omp parallel for schedule(static)
@@ -45,7 +46,7 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd) {
   return (size_t)nthreads * thread_floats(Tk, Hd);
 }
 
-void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+GJ_HOT void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                           const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
                           int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
                           int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
@@ -90,7 +91,7 @@ void gj_attention_forward(float *out, float *lse, const float *q, const float *k
   }
 }
 
-void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
                            int64_t Hl, int64_t Hd, int64_t ld) {

@@ -2,11 +2,12 @@
 
 #include <math.h>
 
+#include "common.h"
 #include "model/fastmath.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 
-void gj_gelu_forward(float *y, const float *x, size_t n) {
+GJ_HOT void gj_gelu_forward(float *y, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
@@ -14,7 +15,7 @@ void gj_gelu_forward(float *y, const float *x, size_t n) {
   }
 }
 
-void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
+GJ_HOT void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
@@ -28,7 +29,7 @@ void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
  * float buffer on the stack (so they round exactly as the GEMM door does). */
 #define GELU_CHUNK 1024
 
-void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
+GJ_HOT void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < n; c += GELU_CHUNK) {
     float buf[GELU_CHUNK];
@@ -42,7 +43,7 @@ void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
   }
 }
 
-void gj_gelu_backward16(float *dx, gj_bf16 *dx16, const float *dy, const gj_bf16 *x16, size_t n) {
+GJ_HOT void gj_gelu_backward16(float *dx, gj_bf16 *dx16, const float *dy, const gj_bf16 *x16, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < n; c += GELU_CHUNK) {
     size_t m = n - c < GELU_CHUNK ? n - c : GELU_CHUNK;

@@ -94,7 +94,7 @@ typedef struct {
   void *p;
   size_t cap;
 } scratch;
-static __thread scratch tl_a, tl_b, tl_c, tl_pad;
+static __thread scratch tl_a, tl_b, tl_c, tl_d, tl_pad;
 static __thread dnnl_stream_t tl_stream;
 
 static void *scratch_get(scratch *s, size_t bytes) {
@@ -115,6 +115,13 @@ static void *scratch_get(scratch *s, size_t bytes) {
 static void round_rows(gj_bf16 *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
   for (int64_t r = 0; r < rows; r++) gj_bf16_round(dst + r * cols, src + r * ld, (size_t)cols);
+}
+
+/* Round rows x cols of src (row stride lds) into dst (row stride ldd). */
+static void round_rows_to(gj_bf16 *dst, int64_t ldd, const float *src, int64_t rows, int64_t cols,
+                          int64_t lds) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
+  for (int64_t r = 0; r < rows; r++) gj_bf16_round(dst + r * ldd, src + r * lds, (size_t)cols);
 }
 
 static void round_generic(gj_bf16 *dst, const float *src, size_t n) {
@@ -140,7 +147,7 @@ void gj_bf16_round(gj_bf16 *dst, const float *src, size_t n) {
 /* ---- oneDNN ---- */
 
 typedef struct {
-  int ta, tb, bf16, bias;
+  int ta, tb, bf16, bias, c16; /* c16: C is bfloat16 */
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
   dnnl_primitive_t prim;
@@ -162,7 +169,7 @@ static unsigned g_epoch = 1; /* bumped by gj_gemm_finalize: every thread's table
 
 static uint64_t key_hash(const prim_entry *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[] = {k->ta, k->tb, k->bf16, k->bias, k->M, k->N, k->K, k->lda, k->ldb, k->ldc};
+  int64_t v[] = {k->ta, k->tb, k->bf16, k->bias, k->c16, k->M, k->N, k->K, k->lda, k->ldb, k->ldc};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
   uint32_t fa, fb;
   memcpy(&fa, &k->alpha, 4), memcpy(&fb, &k->beta, 4);
@@ -171,7 +178,7 @@ static uint64_t key_hash(const prim_entry *k) {
 }
 
 static int key_eq(const prim_entry *x, const prim_entry *y) {
-  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->bias == y->bias && x->M == y->M && x->N == y->N &&
+  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->bias == y->bias && x->c16 == y->c16 && x->M == y->M && x->N == y->N &&
          x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
          x->alpha == y->alpha && x->beta == y->beta;
 }
@@ -200,7 +207,7 @@ static dnnl_status_t prim_create(prim_entry *k) {
   dnnl_dims_t cs = {k->ldc, 1};
   if ((st = dnnl_memory_desc_init_by_strides(&k->a_md, 2, ad, in, as)) ||
       (st = dnnl_memory_desc_init_by_strides(&k->b_md, 2, bd, in, bs)) ||
-      (st = dnnl_memory_desc_init_by_strides(&k->c_md, 2, cd, dnnl_f32, cs)))
+      (st = dnnl_memory_desc_init_by_strides(&k->c_md, 2, cd, k->c16 ? dnnl_bf16 : dnnl_f32, cs)))
     return st;
   dnnl_dims_t biasd = {1, k->N};
   if (k->bias && (st = dnnl_memory_desc_init_by_tag(&k->bias_md, 2, biasd, dnnl_f32, dnnl_ab))) return st;
@@ -280,27 +287,32 @@ static prim_entry *prim_get(const prim_entry *k) {
   return e;
 }
 
-/* C = alpha op(A) op(B) (+ bias, a row [N] added to every row; alpha is then 1) + beta C */
+/* C = alpha op(A) op(B) (+ bias, a row [N] added to every row; alpha is then 1) + beta C;
+ * C is float, or bfloat16 (c16: the sum rounded as it is written; beta 0) */
 static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, const void *B, int64_t ldb, const float *bias,
-                         float beta, float *C, int64_t ldc, int bf16) {
+                         float beta, void *C, int64_t ldc, int bf16, int c16) {
   /* oneDNN 2.6 runs a matmul on its AMX (brgemm) kernels only into a dense destination: with
    * ldc > N (an attention tile inside [T, D] rows) it falls to its non-AMX gemm, 2-5x slower on
    * the attention's tiles. Such a product goes to a dense scratch, then into C. */
   if (ldc != N) {
-    float *D = scratch_get(&tl_c, (size_t)M * N * sizeof(float));
-    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, 0.0f, D, N, bf16);
+    const size_t es = c16 ? sizeof(gj_bf16) : sizeof(float);
+    char *D = scratch_get(&tl_c, (size_t)M * N * es);
+    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, 0.0f, D, N, bf16, c16);
     for (int64_t i = 0; i < M; i++) {
-      float *c = C + i * ldc;
-      const float *d = D + i * N;
-      if (beta == 0.0f) memcpy(c, d, (size_t)N * sizeof(float));
-      else
+      const char *d = D + i * N * es;
+      if (beta == 0.0f) {
+        memcpy((char *)C + i * ldc * es, d, (size_t)N * es);
+      } else {
+        float *c = (float *)C + i * ldc;
+        const float *df = (const float *)d;
 #pragma omp simd
-        for (int64_t j = 0; j < N; j++) c[j] = d[j] + beta * c[j];
+        for (int64_t j = 0; j < N; j++) c[j] = df[j] + beta * c[j];
+      }
     }
     return;
   }
-  prim_entry key = {.ta = ta, .tb = tb, .bf16 = bf16, .bias = bias != NULL, .M = M, .N = N, .K = K,
+  prim_entry key = {.ta = ta, .tb = tb, .bf16 = bf16, .bias = bias != NULL, .c16 = c16, .M = M, .N = N, .K = K,
                     .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
   prim_entry *e = prim_get(&key);
   dnnl_status_t st;
@@ -335,6 +347,7 @@ static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
 typedef struct {
   int ta, tb, par, a16, b16; /* a16, b16: the operand came with its bf16 copy */
   int bias;                  /* with a bias row (gj_gemm_bias) */
+  int c16;                   /* C rounded to bfloat16 (gj_gemm_bias16) */
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
   double count;
@@ -353,7 +366,7 @@ double gj_gemm_recorded_flops(void) { return g_rec_flops; }
 int gj_gemm_recorded_shapes(void) { return g_rec_n; }
 
 static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   int64_t ldc, float alpha, float beta, int a16, int b16, int bias) {
+                   int64_t ldc, float alpha, float beta, int a16, int b16, int bias, int c16) {
   int par = omp_in_parallel();
   if (g_prec != GJ_PREC_BF16) a16 = b16 = 0;
 #pragma omp critical(gj_gemm_rec)
@@ -363,13 +376,13 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
     for (; i < g_rec_n; i++) {
       rec_shape *r = &g_rec[i];
       if (r->ta == ta && r->tb == tb && r->par == par && r->a16 == a16 && r->b16 == b16 &&
-          r->bias == bias && r->M == M && r->N == N && r->K == K &&
+          r->bias == bias && r->c16 == c16 && r->M == M && r->N == N && r->K == K &&
           r->lda == lda && r->ldb == ldb && r->ldc == ldc && r->alpha == alpha && r->beta == beta)
         break;
     }
     if (i < g_rec_n) g_rec[i].count += 1;
     else if (g_rec_n < GJ_REC_MAX)
-      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, bias, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
+      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, bias, c16, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
   }
 }
 
@@ -464,15 +477,31 @@ static void bias_into(float *C, const float *bias, float beta, int64_t M, int64_
   }
 }
 
+/* The door. C16 (with C NULL and beta 0): the product, bias added, rounded to bfloat16 into
+ * C16 (row stride ldc) instead of written to C. */
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
-                 const float *bias, float beta, float *C, int64_t ldc) {
+                 const float *bias, float beta, float *C, gj_bf16 *C16, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (g_record) record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL);
+  if (g_record)
+    record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL, C16 != NULL);
+  if (C16 && !(g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16)) {
+    /* a backend that writes float: the product densely into scratch, then rounded */
+    float *D = scratch_get(&tl_d, (size_t)M * N * sizeof(float));
+    int was = g_record;
+    g_record = 0;
+    gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, bias, 0.0f, D, NULL, N);
+    g_record = was;
+    round_rows_to(C16, ldc, D, M, N, N);
+    return;
+  }
   if (K <= 0) {
     for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++)
-        C[i * ldc + j] = (bias ? bias[j] : 0.0f) + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+      for (int64_t j = 0; j < N; j++) {
+        float v = bias ? bias[j] : 0.0f;
+        if (C16) C16[i * ldc + j] = gj_f32_to_bf16(v);
+        else C[i * ldc + j] = v + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+      }
     return;
   }
   if (g_backend == GJ_GEMM_OPENBLAS && bias) bias_into(C, bias, beta, M, N, ldc), beta = 1.0f;
@@ -486,7 +515,7 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
     return;
   }
   if (g_prec == GJ_PREC_F32) {
-    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, beta, C, ldc, 0);
+    dnnl_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, beta, C, ldc, 0, 0);
     return;
   }
   /* bf16: round the operands that have no bfloat16 copy, densely */
@@ -502,19 +531,26 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
     round_rows(t, B, r, c, ldb);
     Bh = t, ldb = c;
   }
-  dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, beta, C, ldc, 1);
+  if (C16) dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, 0.0f, C16, ldc, 1, 1);
+  else dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, beta, C, ldc, 1, 0);
 }
 
 void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
              float beta, float *C, int64_t ldc) {
-  gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, ldc);
+  gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, NULL, ldc);
 }
 
 void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                   const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                   const float *bias, float beta, float *C, int64_t ldc) {
-  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, ldc);
+  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, NULL, ldc);
+}
+
+void gj_gemm_bias16(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                    const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                    const float *bias, gj_bf16 *C16, int64_t ldc) {
+  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, 0.0f, NULL, C16, ldc);
 }
 
 /* ---- checks and setup ---- */
@@ -528,18 +564,20 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
   int bad = 0;
   static const int64_t shapes[][3] = {{67, 45, 129}, {1, 300, 77}, {130, 1, 64}, {33, 97, 1}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !bad; s++)
-    for (int kind = 0; kind < 12 && !bad; kind++) {
-      /* kinds 0-3: alpha 1, beta 0; 4-7: alpha 1/8, beta 1; 8-11: a bias row, beta 0 or 1 */
+    for (int kind = 0; kind < 16 && !bad; kind++) {
+      /* kinds 0-3: alpha 1, beta 0; 4-7: alpha 1/8, beta 1; 8-11: a bias row, beta 0 or 1;
+       * 12-15: a bias row, the result rounded to bfloat16 */
       int ta = kind & 1, tb = (kind >> 1) & 1, mode = kind >> 2;
       float alpha = mode == 1 ? 0.125f : 1.0f, beta = mode == 1 || (mode == 2 && ta) ? 1.0f : 0.0f;
       int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
       int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
       size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
       float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc((nc + N) * 4);
-      float *bias = mode == 2 ? C + nc : NULL;
+      float *bias = mode >= 2 ? C + nc : NULL;
+      gj_bf16 *C16 = mode == 3 ? malloc(nc * sizeof(gj_bf16)) : NULL;
       double *R = malloc((size_t)M * N * 8);
-      if (!A || !B || !C || !R) {
-        free(A), free(B), free(C), free(R);
+      if (!A || !B || !C || !R || (mode == 3 && !C16)) {
+        free(A), free(B), free(C), free(R), free(C16);
         bad = 2;
         break;
       }
@@ -557,16 +595,21 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
           }
           R[i * N + j] = alpha * acc + (bias ? bias[j] : 0.0) + beta * C[i * ldc + j];
         }
-      gemm(ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, bias, beta, C, ldc);
-      /* float32 accumulation of K products of numbers below 1/2: error below K * 2^-24 */
+      gemm(ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, bias, C16 ? 0.0f : beta, C16 ? NULL : C,
+           C16, ldc);
+      /* float32 accumulation of K products of numbers below 1/2: error below K * 2^-24; a
+       * bfloat16 result within half its unit more (at most 2^-8 of its magnitude) */
       double tol = 1e-6 * (double)K + 1e-6;
       for (int64_t i = 0; i < M && !bad; i++)
-        for (int64_t j = 0; j < N; j++)
-          if (!(fabs(C[i * ldc + j] - R[i * N + j]) <= tol)) {
+        for (int64_t j = 0; j < N; j++) {
+          double r = C16 ? R[i * N + j] - beta * C[i * ldc + j] : R[i * N + j];
+          double c = C16 ? gj_bf16_to_f32(C16[i * ldc + j]) : C[i * ldc + j];
+          if (!(fabs(c - r) <= tol + (C16 ? fabs(r) / 256 : 0))) {
             bad = 1;
             break;
           }
-      free(A), free(B), free(C), free(R);
+        }
+      free(A), free(B), free(C), free(R), free(C16);
     }
   g_backend = ob, g_prec = op;
   return bad;
@@ -655,8 +698,8 @@ void gj_gemm_finalize(void) {
   g_cache = NULL, g_cache_cap = g_cache_n = 0;
   g_epoch++;
   /* the engine and the threads' streams stay: other threads may still hold a stream */
-  free(tl_a.p), free(tl_b.p), free(tl_c.p), free(tl_pad.p);
-  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_c, 0, sizeof tl_c), memset(&tl_pad, 0, sizeof tl_pad);
+  free(tl_a.p), free(tl_b.p), free(tl_c.p), free(tl_d.p), free(tl_pad.p);
+  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_c, 0, sizeof tl_c), memset(&tl_d, 0, sizeof tl_d), memset(&tl_pad, 0, sizeof tl_pad);
 }
 
 /* ---- the ceiling of the recorded products ---- */
@@ -712,8 +755,10 @@ static double time_shape(const rec_shape *r, double seconds, const probe_ops *op
         t0 = gj_now();
       }
       if (!go) break;
+      /* a bf16 C is written over the float one's first half */
       gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, A16, r->lda, B, B16, r->ldb,
-           r->bias ? C + (size_t)r->M * r->ldc : NULL, r->beta, C, r->ldc);
+           r->bias ? C + (size_t)r->M * r->ldc : NULL, r->beta, r->c16 ? NULL : C,
+           r->c16 ? (gj_bf16 *)C : NULL, r->ldc);
 #pragma omp barrier
 #pragma omp single
       {
@@ -771,9 +816,10 @@ void gj_gemm_recorded_print(void) {
   for (int i = 0; i < g_rec_n; i++) {
     const rec_shape *r = &g_rec[i];
     if (r->best <= 0) continue;
-    gj_info("  %c%c M %6lld N %6lld K %6lld%s%s%s%s beta %g: %6.0f a step, %8.3f ms each, %6.1f GFLOP/s",
+    gj_info("  %c%c M %6lld N %6lld K %6lld%s%s%s%s%s beta %g: %6.0f a step, %8.3f ms each, %6.1f GFLOP/s",
             r->ta ? 'T' : 'N', r->tb ? 'T' : 'N', (long long)r->M, (long long)r->N, (long long)r->K,
             r->a16 ? " A16" : "", r->b16 ? " B16" : "", r->par ? " par" : "", r->bias ? " bias" : "",
+            r->c16 ? " C16" : "",
             r->beta, r->count,
             r->best * 1e3, 2.0 * r->M * r->N * r->K / r->best / 1e9);
   }

@@ -77,6 +77,13 @@ void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *
                   const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                   const float *bias, float beta, float *C, int64_t ldc);
 
+/* The same product rounded to bfloat16 as it is written: C16[M, N] = bf16(op(A) op(B) + bias)
+ * (bias may be NULL; row stride ldc). With oneDNN reading bf16 the float sums never reach
+ * memory; the other backends write them to scratch and round. */
+void gj_gemm_bias16(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                    const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                    const float *bias, gj_bf16 *C16, int64_t ldc);
+
 /* bfloat16 rounding (nearest, ties to even; NaN stays NaN; float32 subnormals become signed
  * zero, as the AVX512_BF16 conversion instruction does) and widening. */
 void gj_bf16_round(gj_bf16 *dst, const float *src, size_t n);

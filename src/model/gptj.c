@@ -344,9 +344,13 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, Tkc,
                                            a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
                                            Tk * Dl));
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
-                                        p->fc_in_b, N, D, Fl, 0));
-  if (b->pre16) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
+  /* bf16 training reads fc_in's output only through its bf16 copy: the product writes that */
+  if (b->pre16)
+    TIMED(GJ_PROF_GEMM, gj_linear_forward16(b->pre16, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
+                                            p->fc_in_b, N, D, Fl));
+  else
+    TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
+                                          p->fc_in_b, N, D, Fl, 0));
 }
 
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,

@@ -2,7 +2,9 @@
 
 #include <math.h>
 
-void gj_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+#include "common.h"
+
+GJ_HOT void gj_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                           const float *b, int64_t N, int64_t D, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++) {
@@ -21,7 +23,7 @@ void gj_layernorm_forward(float *y, float *mean, float *rstd, const float *x, co
   }
 }
 
-void gj_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+GJ_HOT void gj_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int64_t N,
                            int64_t D) {
 #pragma omp parallel for schedule(static)

@@ -1,14 +1,21 @@
 #include "model/linear.h"
 
+#include "common.h"
+
 void gj_linear_forward(float *y, const float *x, const gj_bf16 *x16, const float *W,
                        const gj_bf16 *W16, const float *b, int64_t N, int64_t Din, int64_t Dout,
                        int accumulate) {
   gj_gemm_bias(0, 1, N, Dout, Din, x, x16, Din, W, W16, Din, b, accumulate ? 1.0f : 0.0f, y, Dout);
 }
 
+void gj_linear_forward16(gj_bf16 *y16, const float *x, const gj_bf16 *x16, const float *W,
+                         const gj_bf16 *W16, const float *b, int64_t N, int64_t Din, int64_t Dout) {
+  gj_gemm_bias16(0, 1, N, Dout, Din, x, x16, Din, W, W16, Din, b, y16, Dout);
+}
+
 /* db [Dout] += sum over rows of dy [N, Dout], by column blocks so that each thread reads its
  * columns of every row once. */
-static void bias_grad(float *db, const float *dy, int64_t N, int64_t Dout) {
+GJ_HOT static void bias_grad(float *db, const float *dy, int64_t N, int64_t Dout) {
   enum { CB = 256 };
 #pragma omp parallel for schedule(static)
   for (int64_t o0 = 0; o0 < Dout; o0 += CB) {

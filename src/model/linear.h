@@ -13,6 +13,10 @@
 void gj_linear_forward(float *y, const float *x, const gj_bf16 *x16, const float *W,
                        const gj_bf16 *W16, const float *b, int64_t N, int64_t Din, int64_t Dout,
                        int accumulate);
+/* y16 [N, Dout] = x W^T (+ b) rounded to bfloat16, the float y never written (bf16 precision:
+ * an output read only through its bf16 copy). */
+void gj_linear_forward16(gj_bf16 *y16, const float *x, const gj_bf16 *x16, const float *W,
+                         const gj_bf16 *W16, const float *b, int64_t N, int64_t Din, int64_t Dout);
 /* dx [N, Din] = dy W (+= if accumulate_dx; skipped if dx is NULL); dW [Dout, Din] += dy^T x;
  * db [Dout] += column sums of dy (if db). */
 void gj_linear_backward(float *dx, float *dW, float *db, const float *dy, const gj_bf16 *dy16,
