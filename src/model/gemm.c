@@ -287,6 +287,45 @@ static prim_entry *prim_get(const prim_entry *k) {
   return e;
 }
 
+/* The memory objects of a primitive's arguments, one set per thread and primitive (a
+ * direct-mapped table): creating and destroying them for each product cost more than the
+ * product itself on the attention's tiles. Each execution binds the operands' pointers. */
+enum { MEM_N = 5 }; /* A, B, C, bias, scratchpad */
+typedef struct {
+  const prim_entry *e;
+  dnnl_memory_t m[MEM_N];
+} mem_set;
+static __thread mem_set tl_mem[GJ_TL_CACHE];
+static __thread unsigned tl_mem_epoch;
+
+static void mem_set_clear(mem_set *ms) {
+  for (int i = 0; i < MEM_N; i++)
+    if (ms->m[i]) dnnl_memory_destroy(ms->m[i]);
+  memset(ms, 0, sizeof *ms);
+}
+
+static mem_set *mem_set_get(const prim_entry *e) {
+  if (tl_mem_epoch != g_epoch) { /* the entries were freed (and their addresses may come again) */
+    for (int i = 0; i < GJ_TL_CACHE; i++) mem_set_clear(&tl_mem[i]);
+    tl_mem_epoch = g_epoch;
+  }
+  mem_set *ms = &tl_mem[((uintptr_t)e / sizeof *e) % GJ_TL_CACHE];
+  if (ms->e == e) return ms;
+  mem_set_clear(ms);
+  dnnl_memory_desc_t pmd;
+  dnnl_dims_t pd = {(dnnl_dim_t)e->pad_bytes};
+  dnnl_memory_desc_init_by_tag(&pmd, 1, pd, dnnl_u8, dnnl_a);
+  const dnnl_memory_desc_t *md[MEM_N] = {&e->a_md, &e->b_md, &e->c_md, e->bias ? &e->bias_md : NULL,
+                                         e->pad_bytes ? &pmd : NULL};
+  for (int i = 0; i < MEM_N; i++) {
+    dnnl_status_t st;
+    if (md[i] && (st = dnnl_memory_create(&ms->m[i], md[i], g_engine, DNNL_MEMORY_NONE)))
+      die_dnnl("memory creation", st, e);
+  }
+  ms->e = e;
+  return ms;
+}
+
 /* C = alpha op(A) op(B) (+ bias, a row [N] added to every row; alpha is then 1) + beta C;
  * C is float, or bfloat16 (c16: the sum rounded as it is written; beta 0) */
 static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -318,28 +357,20 @@ static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
   dnnl_status_t st;
   if (!tl_stream && (st = dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags)))
     die_dnnl("stream creation", st, &key);
-  dnnl_memory_t ma, mb, mc, mbias = NULL, mp = NULL;
-  if ((st = dnnl_memory_create(&ma, &e->a_md, g_engine, (void *)A)) ||
-      (st = dnnl_memory_create(&mb, &e->b_md, g_engine, (void *)B)) ||
-      (st = dnnl_memory_create(&mc, &e->c_md, g_engine, C)) ||
-      (bias && (st = dnnl_memory_create(&mbias, &e->bias_md, g_engine, (void *)bias))))
-    die_dnnl("memory creation", st, &key);
-  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-  int nargs = 3;
-  if (mbias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
-  if (e->pad_bytes) {
-    dnnl_memory_desc_t pmd;
-    dnnl_dims_t pd = {(dnnl_dim_t)e->pad_bytes};
-    dnnl_memory_desc_init_by_tag(&pmd, 1, pd, dnnl_u8, dnnl_a);
-    if ((st = dnnl_memory_create(&mp, &pmd, g_engine, scratch_get(&tl_pad, e->pad_bytes))))
-      die_dnnl("scratchpad creation", st, &key);
-    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mp};
+  mem_set *ms = mem_set_get(e);
+  void *ptr[MEM_N] = {(void *)A, (void *)B, C, (void *)bias,
+                      e->pad_bytes ? scratch_get(&tl_pad, e->pad_bytes) : NULL};
+  static const int arg[MEM_N] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS,
+                                 DNNL_ARG_SCRATCHPAD};
+  dnnl_exec_arg_t args[MEM_N];
+  int nargs = 0;
+  for (int i = 0; i < MEM_N; i++) {
+    if (!ms->m[i]) continue;
+    if ((st = dnnl_memory_set_data_handle(ms->m[i], ptr[i]))) die_dnnl("memory binding", st, &key);
+    args[nargs++] = (dnnl_exec_arg_t){arg[i], ms->m[i]};
   }
   if ((st = dnnl_primitive_execute(e->prim, tl_stream, nargs, args))) die_dnnl("execution", st, &key);
   dnnl_stream_wait(tl_stream);
-  dnnl_memory_destroy(ma), dnnl_memory_destroy(mb), dnnl_memory_destroy(mc);
-  if (mbias) dnnl_memory_destroy(mbias);
-  if (mp) dnnl_memory_destroy(mp);
 }
 
 /* ---- recording ---- */
@@ -698,6 +729,7 @@ void gj_gemm_finalize(void) {
   g_cache = NULL, g_cache_cap = g_cache_n = 0;
   g_epoch++;
   /* the engine and the threads' streams stay: other threads may still hold a stream */
+  for (int i = 0; i < GJ_TL_CACHE; i++) mem_set_clear(&tl_mem[i]); /* this thread's */
   free(tl_a.p), free(tl_b.p), free(tl_c.p), free(tl_d.p), free(tl_pad.p);
   memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_c, 0, sizeof tl_c), memset(&tl_d, 0, sizeof tl_d), memset(&tl_pad, 0, sizeof tl_pad);
 }
