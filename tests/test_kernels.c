@@ -462,6 +462,48 @@ END_TEST
 /* bf16: the attention of the last Tq queries over keys and values held in a KV cache of Tc > Tk
  * positions per head (rounded in by gj_attention_heads16_at, in two pieces) equals the same
  * with dense head-major copies of these keys: the same bfloat16 operands, the same products. */
+/* The same checks with the products on oneDNN (its kernels and the door's dense staging of
+ * the tiles' strided destinations) in float32, and in bf16 against the double reference within
+ * bf16's rounding (8u, u = 2^-8, the goldens' bound for gradients): the probabilities and dS
+ * then go to the products as the softmax loops' bf16 copies where oneDNN reads bf16. */
+START_TEST(test_attention_onednn) {
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_ONEDNN, GJ_PREC_F32), 0);
+  check_attention(1, 2 * GJ_ATTN_QBLOCK + 3, 2, 4, 1);
+  check_attention(2, 3 * GJ_ATTN_QBLOCK + 17, 3, 8, 0);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+}
+END_TEST
+
+START_TEST(test_attention_bf16) {
+  ck_assert_int_eq(gj_gemm_setup(tu_bf16_hw() ? GJ_GEMM_AUTO : GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+  const int64_t B = 1, T = 2 * GJ_ATTN_QBLOCK + 3, Hl = 2, Hd = 4;
+  att_ctx c = {B, T, Hl, Hd, NULL};
+  size_t n = B * T * Hl * Hd, ld = Hl * Hd;
+  float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
+  float *r = tu_falloc(n), *g = tu_falloc(3 * n);
+  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T, Hd));
+  double *thd = tu_dalloc(3 * n), *od = tu_dalloc(n), *lsed = tu_dalloc(B * Hl * T);
+  double *rd = tu_dalloc(n), *gd = tu_dalloc(3 * n);
+  tu_fill(th, thd, 3 * n, 2.0);
+  tu_fill(r, rd, n, 1.0);
+  c.r = rd;
+  const double u = 1.0 / 256;
+  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+                       T * ld, ld, T * ld);
+  att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
+  ck_assert_double_le(tu_rel(o, od, n), 4 * u);
+  gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
+                        Hl, Hd, ld);
+  tu_fd(att_loss, &c, thd, 3 * n, gd);
+  for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), 8 * u);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
+  free(rd), free(gd);
+}
+END_TEST
+
 START_TEST(test_attention_cache16) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
@@ -589,19 +631,22 @@ static void check_ce(double zloss) {
 }
 
 /* Rows longer than the kernels' column blocks, whose max comes late (the online sums are
- * rescaled) or first, with an ignored row holding NaN: the loss, the gradient, its bfloat16
- * copy and the bias gradient, from one pass each, against double references. */
+ * rescaled) or first, a row whose first block is all -inf, one that is -inf over the whole
+ * first shard, and an ignored row holding NaN: the loss, the gradient, its bfloat16 copy and
+ * the bias gradient, from one pass each, against double references. */
 START_TEST(test_crossentropy_blocks) {
-  const int64_t N = 5, Vl = 1337, V = 2 * Vl;
-  int32_t tg[5] = {5, 1400, -1, 2673, 700};
+  const int64_t N = 7, Vl = 1337, V = 2 * Vl;
+  int32_t tg[7] = {5, 1400, -1, 2673, 700, 900, 2000};
   const float scale = 0.25f, zloss = 1e-3f;
   double *ld = tu_dalloc(N * V);
-  float *full = tu_falloc(N * V), lse[5];
+  float *full = tu_falloc(N * V), lse[7];
   tu_fill(full, ld, N * V, 3.0);
   for (int64_t j = 0; j < V; j++) { /* row 1: rising (the max in the last block); row 4: falling */
     full[1 * V + j] = (float)(ld[1 * V + j] = 0.01 * (double)j - 20.0);
     full[4 * V + j] = (float)(ld[4 * V + j] = -0.02 * (double)j);
   }
+  for (int64_t j = 0; j < 600; j++) full[5 * V + j] = (float)(ld[5 * V + j] = -INFINITY);
+  for (int64_t j = 0; j < Vl; j++) full[6 * V + j] = (float)(ld[6 * V + j] = -INFINITY);
   full[2 * V + 7] = NAN; /* an ignored row's logits are not looked at */
   float *shard[2];
   for (int s = 0; s < 2; s++) {
@@ -610,7 +655,7 @@ START_TEST(test_crossentropy_blocks) {
   }
   int64_t nv;
   double loss = ce_two_shards(lse, shard, tg, N, Vl, zloss, &nv);
-  ck_assert_int_eq(nv, 4);
+  ck_assert_int_eq(nv, 6);
   /* double reference: loss, d logits and the bias gradient (column sums of d) */
   double ref = 0, *dd = tu_dalloc(N * V), *db = tu_dalloc(V);
   for (int64_t i = 0; i < N; i++) {
@@ -626,7 +671,8 @@ START_TEST(test_crossentropy_blocks) {
     }
   }
   ck_assert_double_le(fabs(loss - ref) / fabs(ref), FWD_TOL);
-  float *d = tu_falloc(N * Vl), *bias = tu_falloc(Vl), *bias2 = tu_falloc(Vl);
+  float *d = tu_falloc(N * Vl), *bias = tu_falloc(Vl), *bias2 = tu_falloc(Vl), *bias3 = tu_falloc(Vl);
+  float *inplace = tu_falloc(N * Vl);
   float *acc = tu_falloc(gj_ce_backward_scratch(omp_get_max_threads(), Vl));
   gj_bf16 *d16 = calloc(N * Vl, sizeof(gj_bf16)), *r16 = calloc(N * Vl, sizeof(gj_bf16));
   for (int s = 0; s < 2; s++) {
@@ -635,6 +681,12 @@ START_TEST(test_crossentropy_blocks) {
     gj_ce_backward(d, NULL, bias, acc, shard[s], lse, tg, N, Vl, s * Vl, scale, zloss);
     gj_ce_backward(NULL, d16, bias2, acc, shard[s], lse, tg, N, Vl, s * Vl, scale, zloss);
     gj_bf16_round(r16, d, N * Vl);
+    /* all three outputs at once, the float over the logits (as float32 training does) */
+    memcpy(inplace, shard[s], N * Vl * sizeof(float));
+    memset(bias3, 0, Vl * sizeof(float));
+    gj_ce_backward(inplace, d16 + 0, bias3, acc, inplace, lse, tg, N, Vl, s * Vl, scale, zloss);
+    ck_assert(!memcmp(inplace, d, N * Vl * sizeof(float)));
+    ck_assert(!memcmp(bias3, bias, Vl * sizeof(float)));
     for (int64_t i = 0; i < N; i++)
       for (int64_t j = 0; j < Vl; j++) {
         double r = dd[i * V + s * Vl + j];
@@ -651,7 +703,8 @@ START_TEST(test_crossentropy_blocks) {
     }
   }
   for (int s = 0; s < 2; s++) free(shard[s]);
-  free(ld), free(full), free(dd), free(db), free(d), free(bias), free(bias2), free(acc), free(d16), free(r16);
+  free(ld), free(full), free(dd), free(db), free(d), free(bias), free(bias2), free(bias3), free(inplace);
+  free(acc), free(d16), free(r16);
 }
 END_TEST
 
@@ -715,6 +768,8 @@ int main(void) {
   tcase_add_test(tc, test_crossentropy);
   tcase_add_test(tc, test_crossentropy_zloss);
   tcase_add_test(tc, test_crossentropy_blocks);
+  tcase_add_test(tc, test_attention_onednn);
+  tcase_add_test(tc, test_attention_bf16);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

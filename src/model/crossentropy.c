@@ -29,6 +29,7 @@ GJ_HOT void gj_ce_stats(float *mx, float *stats, const float *logits, const int3
         for (int k = 0; k < 16; k++) part[k] *= f;
         m = bm;
       }
+      if (m == -INFINITY) continue; /* all -inf so far: nothing to add (exp(-inf - -inf) is NaN) */
       int64_t j = 0;
       for (; j + 16 <= n; j += 16)
 #pragma omp simd

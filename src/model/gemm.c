@@ -514,15 +514,10 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                  const float *bias, float beta, float *C, gj_bf16 *C16, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (g_record)
-    record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL, C16 != NULL);
   if (C16 && !(g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16)) {
     /* a backend that writes float: the product densely into scratch, then rounded */
     float *D = scratch_get(&tl_d, (size_t)M * N * sizeof(float));
-    int was = g_record;
-    g_record = 0;
     gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, bias, 0.0f, D, NULL, N);
-    g_record = was;
     round_rows_to(C16, ldc, D, M, N, N);
     return;
   }
@@ -566,23 +561,33 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
   else dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, beta, C, ldc, 1, 0);
 }
 
+/* The public doors: each product recorded (when on), then computed. */
+#define RECORD(alpha, bias, C16)                                                                 \
+  if (g_record && M > 0 && N > 0)                                                                \
+  record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL, C16 != NULL)
+
 void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
              float beta, float *C, int64_t ldc) {
+  RECORD(alpha, (const float *)NULL, (const gj_bf16 *)NULL);
   gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, NULL, ldc);
 }
 
 void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                   const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                   const float *bias, float beta, float *C, int64_t ldc) {
+  RECORD(1.0f, bias, (const gj_bf16 *)NULL);
   gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, NULL, ldc);
 }
 
 void gj_gemm_bias16(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                     const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                     const float *bias, gj_bf16 *C16, int64_t ldc) {
-  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, 0.0f, NULL, C16, ldc);
+  const float beta = 0.0f;
+  RECORD(1.0f, bias, C16);
+  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, NULL, C16, ldc);
 }
+#undef RECORD
 
 /* ---- checks and setup ---- */
 
@@ -601,7 +606,8 @@ int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec) {
       int ta = kind & 1, tb = (kind >> 1) & 1, mode = kind >> 2;
       float alpha = mode == 1 ? 0.125f : 1.0f, beta = mode == 1 || (mode == 2 && ta) ? 1.0f : 0.0f;
       int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-      int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+      /* dense and strided destinations (oneDNN's own kernels, and the door's dense staging) */
+      int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2 * ((kind + (int)s) & 1);
       size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
       float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc((nc + N) * 4);
       float *bias = mode >= 2 ? C + nc : NULL;

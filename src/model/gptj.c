@@ -344,13 +344,16 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, Tkc,
                                            a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
                                            Tk * Dl));
-  /* bf16 training reads fc_in's output only through its bf16 copy: the product writes that */
-  if (b->pre16)
+  /* bf16 training reads fc_in's output only through its bf16 copy: where the products read
+   * bf16 (oneDNN) the product writes that; elsewhere (a float scratch of N x Fl then) it is
+   * rounded from the float, which the lean arena's dact holds */
+  if (b->pre16 && gj_gemm_reads_bf16())
     TIMED(GJ_PROF_GEMM, gj_linear_forward16(b->pre16, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
                                             p->fc_in_b, N, D, Fl));
   else
     TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
                                           p->fc_in_b, N, D, Fl, 0));
+  if (b->pre16 && !gj_gemm_reads_bf16()) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
 }
 
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
@@ -443,12 +446,12 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv);
   *n_valid += nv;
   if (scale == 0.0f) return 0;
-  /* one pass: d logits (into lg, or only its bf16 copy when the products read that) and the
-   * bias gradient */
-  gj_bf16 *g16 = a->g16;
+  /* one pass: d logits and the bias gradient; in bf16 only the bf16 copy of d logits, which
+   * the products read (lg keeps the logits: no float d is passed on) */
+  gj_bf16 *g16 = gj_gemm_precision() == GJ_PREC_BF16 ? a->g16 : NULL;
   TIMED(GJ_PROF_VOCAB, gj_ce_backward(g16 ? NULL : lg, g16, m->G.lm_b, a->ce_acc, lg, lse, tg, R, Vl,
                                       m->v0, scale, zloss);
-        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, NULL, lg, g16, xf, NULL, m->P.lm_w,
+        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, NULL, g16 ? NULL : lg, g16, xf, NULL, m->P.lm_w,
                            W16(m->P.lm_w), R, D, Vl, 0));
   return 0;
 }
