@@ -424,7 +424,7 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   tu_fill(th, thd, 3 * n, 2.0);
   tu_fill(r, rd, n, 1.0);
   c.r = rd;
-  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+  gj_attention_forward(o, NULL, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
                        T * ld, ld, T * ld);
   att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
   ck_assert_double_le(tu_rel(o, od, n), FWD_TOL);
@@ -433,14 +433,14 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
    * rows of the full computation. */
   int64_t Tq = T / 3 + 1;
   float *oq = tu_falloc(B * Tq * ld);
-  gj_attention_forward(oq, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, NULL, T, scratch, B, Tq, T,
+  gj_attention_forward(oq, NULL, NULL, th + (T - Tq) * ld, th + n, th + 2 * n, NULL, T, scratch, B, Tq, T,
                        Hl, Hd, ld, ld, T * ld, ld, T * ld);
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < Tq; t++)
       for (size_t e = 0; e < ld; e++)
         ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], 1e-5);
   if (fd) {
-    gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
+    gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
                           Hl, Hd, ld);
     tu_fd(att_loss, &c, thd, 3 * n, gd);
     ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
@@ -489,14 +489,25 @@ START_TEST(test_attention_bf16) {
   tu_fill(r, rd, n, 1.0);
   c.r = rd;
   const double u = 1.0 / 256;
-  gj_attention_forward(o, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+  gj_attention_forward(o, NULL, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
                        T * ld, ld, T * ld);
   att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
   ck_assert_double_le(tu_rel(o, od, n), 4 * u);
-  gj_attention_backward(g, g + n, g + 2 * n, r, o, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
+  gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
                         Hl, Hd, ld);
   tu_fd(att_loss, &c, thd, 3 * n, gd);
   for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), 8 * u);
+  /* the output's bf16 copy (bf16 training keeps only it): written beside the float output,
+   * equal to it rounded; backward reading it instead of the float output */
+  gj_bf16 *o16 = calloc(n, sizeof(gj_bf16)), *r16 = calloc(n, sizeof(gj_bf16));
+  gj_attention_forward(o, o16, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+                       T * ld, ld, T * ld);
+  gj_bf16_round(r16, o, n);
+  ck_assert(!memcmp(o16, r16, n * sizeof(gj_bf16)));
+  gj_attention_backward(g, g + n, g + 2 * n, r, NULL, o16, lse, th, th + n, th + 2 * n, NULL, scratch,
+                        B, T, Hl, Hd, ld);
+  for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), 8 * u);
+  free(o16), free(r16);
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
   gj_gemm_finalize();
   free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
@@ -525,9 +536,9 @@ START_TEST(test_attention_cache16) {
   }
   const gj_bf16 *d3[3] = {dense, dense + n, dense + 2 * n};
   const gj_bf16 *c3[3] = {dense, cache, cache + Hl * Tc * Hd};
-  gj_attention_forward(o1, NULL, q, th + n, th + 2 * n, d3, T, scratch, 1, Tq, T, Hl, Hd, ld, ld,
+  gj_attention_forward(o1, NULL, NULL, q, th + n, th + 2 * n, d3, T, scratch, 1, Tq, T, Hl, Hd, ld, ld,
                        Tq * ld, ld, T * ld);
-  gj_attention_forward(o2, NULL, q, th + n, th + 2 * n, c3, Tc, scratch, 1, Tq, T, Hl, Hd, ld, ld,
+  gj_attention_forward(o2, NULL, NULL, q, th + n, th + 2 * n, c3, Tc, scratch, 1, Tq, T, Hl, Hd, ld, ld,
                        Tq * ld, ld, T * ld); /* k and v are not read: their copies are given */
   ck_assert(!memcmp(o1, o2, Tq * ld * sizeof(float)));
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);

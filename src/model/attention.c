@@ -46,7 +46,8 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd) {
   return (size_t)nthreads * thread_floats(Tk, Hd);
 }
 
-GJ_HOT void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+GJ_HOT void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const float *q, const float *k,
+                                 const float *v,
                           const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
                           int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
                           int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
@@ -87,12 +88,17 @@ GJ_HOT void gj_attention_forward(float *out, float *lse, const float *q, const f
         if (lse) lse[(b * Hl + h) * Tq + i0 + r] = mx + logf(sum);
       }
       gj_gemm(0, 0, qb, Hd, nk, 1.0f, S, P16, nk, Vv, V16, lv, 0.0f, O + i0 * ldo, ldo);
+      if (out16)
+        for (int64_t r = 0; r < qb; r++) {
+          const size_t o = (size_t)(b * Tq + i0 + r) * ldo + h * Hd;
+          gj_bf16_round(out16 + o, out + o, (size_t)Hd);
+        }
     }
   }
 }
 
 GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v,
+                                  const gj_bf16 *out16, const float *lse, const float *q, const float *k, const float *v,
                            const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
                            int64_t Hl, int64_t Hd, int64_t ld) {
   const float scale = 1.0f / sqrtf((float)Hd);
@@ -107,7 +113,9 @@ GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *
     gj_bf16 *P16 = gj_gemm_reads_bf16() ? thread_bf16(P, T, Hd) : NULL;
     gj_bf16 *dS16 = P16 ? P16 + GJ_ATTN_QBLOCK * T : NULL;
     size_t base = (size_t)b * T * ld + h * Hd;
-    const float *Q = q + base, *K = k + base, *Vv = v + base, *dO = dout + base, *O = out + base;
+    const float *Q = q + base, *K = k + base, *Vv = v + base, *dO = dout + base;
+    const float *O = out16 ? NULL : out + base;
+    const gj_bf16 *O16 = out16 ? out16 + base : NULL;
     const gj_bf16 *Q16 = HEAD16(qkvd16, 0, T), *K16 = HEAD16(qkvd16, 1, T), *V16 = HEAD16(qkvd16, 2, T);
     const gj_bf16 *dO16 = HEAD16(qkvd16, 3, T);
     const int64_t lq = Q16 ? Hd : ld, lk = K16 ? Hd : ld, lv = V16 ? Hd : ld, lo = dO16 ? Hd : ld;
@@ -121,9 +129,12 @@ GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *
       gj_gemm(0, 1, qb, nk, Hd, 1.0f, dO + i0 * ld, AT(dO16, i0 * Hd), lo, Vv, V16, lv, 0.0f, dS, nk);
       for (int64_t r = 0; r < qb; r++) {
         float *p = P + r * nk, *ds = dS + r * nk;
-        const float *o = O + (i0 + r) * ld, *dor = dO + (i0 + r) * ld;
+        const float *dor = dO + (i0 + r) * ld;
         float Di = 0; /* rowsum(dO * O) = sum_j P_j dP_j */
-        for (int64_t d = 0; d < Hd; d++) Di += dor[d] * o[d];
+        if (O16)
+          for (int64_t d = 0; d < Hd; d++) Di += dor[d] * gj_bf16_to_f32(O16[(i0 + r) * ld + d]);
+        else
+          for (int64_t d = 0; d < Hd; d++) Di += dor[d] * O[(i0 + r) * ld + d];
         int64_t nv = i0 + r + 1;
         float l = L[i0 + r];
         /* dS carries the softmax's scale, which dQ and dK both take: the products then have

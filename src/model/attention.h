@@ -14,7 +14,8 @@
 size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd);
 
 /* Query row t of batch b (absolute position pos0 + t, pos0 = Tk - Tq) sees keys 0..pos0+t.
- * out [B, Tq, Hl*Hd] (row stride ldo, batch stride Tq*ldo);
+ * out [B, Tq, Hl*Hd] (row stride ldo, batch stride Tq*ldo); out16: NULL, or out's bf16 copy
+ * in the same layout, written too;
  * lse [B, Hl, Tq] (NULL allowed);
  * q [B, Tq rows, stride ldq; batch stride qbs]; k, v [B, Tk rows, stride ldk; batch stride kbs];
  * qkv16: NULL, or bfloat16 copies of q, k, v for bf16 precision, head-major [B, Hl, Tq, Hd]
@@ -23,7 +24,8 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd);
  * round them again nor read strided rows (any of the three may be NULL; k or v is then not
  * read where its copy is given);
  * scratch: gj_attention_scratch_floats() floats. */
-void gj_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const float *q, const float *k,
+                          const float *v,
                           const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
                           int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
                           int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs);
@@ -34,10 +36,11 @@ void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, 
 void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
                              int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
 /* Backward for Tq = Tk = T, all row strides ld, batch strides T*ld.
- * dq, dk, dv [B*T, ld] (written, not accumulated); dout, out [B*T, ld]; lse [B, Hl, T];
+ * dq, dk, dv [B*T, ld] (written, not accumulated); dout, out [B*T, ld] (out16: NULL, or out's
+ * bf16 copy, read instead of out, which may then be NULL); lse [B, Hl, T];
  * qkvd16: NULL, or head-major bfloat16 copies of q, k, v and dout (as for the forward). */
 void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v,
+                           const gj_bf16 *out16, const float *lse, const float *q, const float *k, const float *v,
                            const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
                            int64_t Hl, int64_t Hd, int64_t ld);
 #endif

@@ -36,7 +36,7 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
 }
 
 /* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 37
+#define GJ_ACT_ITEMS 38
 typedef struct { float **p; size_t n; } act_item;
 
 /* Saturating size arithmetic for the activation sizes: a product that overflows becomes
@@ -81,8 +81,9 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only, the ln_1
    * output not at all (see lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
-  /* lean: the float q, k, v and fc_in output are forward's work buffers only (backward reads
-   * their bf16 copies), so they share the gradient buffers dq, dk, dv and dact (lean_alias) */
+  /* lean: the float q, k, v, attention output and fc_in output are forward's work buffers only
+   * (backward reads their bf16 copies), so they share the gradient buffers dq, dk, dv, datt and
+   * dact (lean_alias) */
   size_t qf = lean ? 0 : 1;
   size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
   size_t ND = smul(N, D), NDl = smul(N, Dl), gD = nograd ? 0 : ND, gDl = nograd ? 0 : NDl;
@@ -94,7 +95,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   act_item items[GJ_ACT_ITEMS] = {
       {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
       {&a->h, smul(Lq, ND)}, {&a->q, qf * smul(Lq, NDl)}, {&a->k, qf * smul(Lkv, NDl)},
-      {&a->v, qf * smul(Lkv, NDl)}, {&a->att, smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)},
+      {&a->v, qf * smul(Lkv, NDl)}, {&a->att, qf * smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)},
       {&a->pre, qf * smul3(Lq, N, Fl)},
       {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
@@ -109,6 +110,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
       {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
       {(float **)&a->pre16, lean ? shalf(smul3(Ls, N, Fl)) : 0},
+      {(float **)&a->att16, lean ? shalf(smul(Ls, NDl)) : 0},
   };
   memcpy(fl, items, sizeof items);
 }
@@ -118,7 +120,9 @@ static int lean_qkv(const gj_model *m);
 /* bf16 training (act_list's lean): q, k, v and the fc_in output in float are written by a
  * layer's forward (or its recomputation) and read only there, before its backward writes the
  * gradients: they live in dq, dk, dv and dact (the same sizes, [N, Dl] and [N, Fl]). */
-static void lean_alias(gj_acts *a) { a->q = a->dq, a->k = a->dk, a->v = a->dv, a->pre = a->dact; }
+static void lean_alias(gj_acts *a) {
+  a->q = a->dq, a->k = a->dk, a->v = a->dv, a->att = a->datt, a->pre = a->dact;
+}
 
 /* The capacity [Bmax, Tmax] and thread count act_list may rely on. */
 static int check_shape(const gj_config *c, int64_t Bmax, int64_t Tmax, int nthreads) {
@@ -289,7 +293,8 @@ static gj_block_bufs layer_at(gj_model *m, int64_t l) {
   gj_block_bufs b = {a->resid + (fwd ? 0 : l) * NC * D, a->resid + (fwd ? 0 : l + 1) * NC * D,
                      a->h + sq * NC * D, a->ln_mean + s * NC, a->ln_rstd + s * NC,
                      a->q + sq * NC * Dl, a->k + sq * NC * Dl, a->v + sq * NC * Dl,
-                     a->att + s * NC * Dl, a->lse + s * NC * m->Hl, a->pre + sq * NC * m->Fl,
+                     a->att + sq * NC * Dl, a->att16 ? a->att16 + s * NC * Dl : NULL,
+                     a->lse + s * NC * m->Hl, a->pre + sq * NC * m->Fl,
                      a->pre16 ? a->pre16 + s * NC * m->Fl : NULL,
                      a->h16, /* one slot: rounded again where it is read */
                      a->qkv16 ? a->qkv16 + s16 * 3 * NC * Dl : NULL,
@@ -341,7 +346,7 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
             qkv16[j] = b->qkv16 + j * NC * Dl);
   }
   /* with a bf16 cache the float k, v (the new rows only) are not read: their copies are */
-  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->lse, b->q, b->k, b->v, qkv16, Tkc,
+  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->att16, b->lse, b->q, b->k, b->v, qkv16, Tkc,
                                            a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
                                            Tk * Dl));
   /* bf16 training reads fc_in's output only through its bf16 copy: where the products read
@@ -369,7 +374,7 @@ int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64
   else TIMED(GJ_PROF_ELEM, gj_gelu_forward(a->dact, b->pre, N * Fl));
   /* Parallel residual: attention and MLP partial outputs summed, then ONE all-reduce; fc_out's
    * (replicated) bias is added by tp_rank 0 only, so that the sum holds it once. */
-  TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, b->att, NULL, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
+  TIMED(GJ_PROF_GEMM, gj_linear_forward(a->y, b->att, b->att16, p->wo, W16(p->wo), NULL, N, Dl, D, 0);
         gj_linear_forward(a->y, a->dact, act16, p->fc_out_w, W16(p->fc_out_w),
                           m->g->tp_rank == 0 ? p->fc_out_b : NULL, N, Fl, D, 1));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->y, N * D)));
@@ -523,8 +528,9 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   TIMED(GJ_PROF_GEMM,
         gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
                            W16(p->fc_in_w), N, D, Fl, 0);
-        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, att, NULL, p->wo, W16(p->wo), N,
-                           Dl, D, 0));
+        /* lean: att is the float work buffer datt itself, not read: its bf16 copy is */
+        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, lb.att16 ? NULL : att, lb.att16, p->wo,
+                           W16(p->wo), N, Dl, D, 0));
   /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
    * from the float ones) and of d att */
   const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
@@ -537,7 +543,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
       qkvd16[j] = dst;
     }
   }
-  TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, att, lse, q, k, v, qkvd16,
+  TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, lb.att16 ? NULL : att,
+                                            lb.att16, lse, q, k, v, qkvd16,
                                             a->attn_scratch, B, T, Hl, Hd, Dl));
   TIMED(GJ_PROF_ELEM,
         gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);

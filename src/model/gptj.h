@@ -48,6 +48,9 @@ typedef struct {
                              * [3, N, Dl] forward-only; [N, Dl] q alone when decoding */
   gj_bf16 *pre16;           /* bf16 training: [L, N, Fl] the fc_in outputs, in bfloat16 only
                              * (GELU then reads its input rounded, as under autocast) */
+  gj_bf16 *att16;           /* bf16 training: [L, N, Dl] the attention outputs, in bfloat16 only
+                             * (out_proj's operand; as under autocast, whose product writes it
+                             * in bf16) */
   gj_bf16 *kv16;            /* decode in bf16: the KV cache [L, 2, Hl, Tmax, Hd] (each layer's
                              * keys, then values, head-major), the only copy of it: k and v
                              * then hold one layer's new rows [N, Dl] */
@@ -156,6 +159,8 @@ typedef struct {
   float *k, *v;       /* [B, Tk, Dl], Tk = pos0 + T: keys (after rotary) and values; the block
                        * writes rows pos0.. and attends over all Tk */
   float *att;         /* [N, Dl] attention output before out_proj */
+  gj_bf16 *att16;     /* bf16 training: [N, Dl] its bf16 copy, the one kept (att is then forward's
+                       * work buffer); NULL: none */
   float *lse;         /* [B, Hl, T] attention log-sum-exp (NULL: not kept) */
   float *pre;         /* [N, Fl] fc_in output (gelu of it goes to the dact work buffer) */
   gj_bf16 *pre16;     /* bf16 training: [N, Fl] its bf16 copy, the one kept (gelu of it goes to
