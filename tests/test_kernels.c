@@ -413,7 +413,12 @@ static double att_loss(void *vc, double *th) {
   return s;
 }
 
-static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd) {
+/* Attention forward and backward against the double reference within ftol and btol (tu_rel),
+ * under the backend and precision set up; the queries of the last positions alone (a KV cache's
+ * case) against the full result's rows; in bf16 also the output's bf16 copy (what bf16 training
+ * keeps), equal to the output rounded, and backward reading it instead of the float output. */
+static void check_attention_tol(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd, double ftol,
+                                double btol) {
   att_ctx c = {B, T, Hl, Hd, NULL};
   size_t n = B * T * Hl * Hd, ld = Hl * Hd;
   float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
@@ -427,8 +432,8 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   gj_attention_forward(o, NULL, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
                        T * ld, ld, T * ld);
   att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
-  ck_assert_double_le(tu_rel(o, od, n), FWD_TOL);
-  ck_assert_double_le(tu_rel(lse, lsed, B * Hl * T), FWD_TOL);
+  ck_assert_double_le(tu_rel(o, od, n), ftol);
+  ck_assert_double_le(tu_rel(lse, lsed, B * Hl * T), ftol);
   /* Queries for the last Tq positions against all Tk keys (the KV-cache case) equal the last
    * rows of the full computation. */
   int64_t Tq = T / 3 + 1;
@@ -438,19 +443,31 @@ static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < Tq; t++)
       for (size_t e = 0; e < ld; e++)
-        ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], 1e-5);
+        ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], ftol);
   if (fd) {
-    gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
-                          Hl, Hd, ld);
+    gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B,
+                          T, Hl, Hd, ld);
     tu_fd(att_loss, &c, thd, 3 * n, gd);
-    ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
-    ck_assert_double_le(tu_rel(g + n, gd + n, n), BWD_TOL);
-    ck_assert_double_le(tu_rel(g + 2 * n, gd + 2 * n, n), BWD_TOL);
+    for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), btol);
+  }
+  if (fd && gj_gemm_precision() == GJ_PREC_BF16) {
+    gj_bf16 *o16 = calloc(n, sizeof(gj_bf16)), *r16 = calloc(n, sizeof(gj_bf16));
+    gj_attention_forward(o, o16, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+                         T * ld, ld, T * ld);
+    gj_bf16_round(r16, o, n);
+    ck_assert(!memcmp(o16, r16, n * sizeof(gj_bf16)));
+    gj_attention_backward(g, g + n, g + 2 * n, r, NULL, o16, lse, th, th + n, th + 2 * n, NULL, scratch,
+                          B, T, Hl, Hd, ld);
+    for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), btol);
+    free(o16), free(r16);
   }
   free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
   free(rd), free(gd), free(oq);
 }
 
+static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd) {
+  check_attention_tol(B, T, Hl, Hd, fd, FWD_TOL, BWD_TOL);
+}
 START_TEST(test_attention_small) { check_attention(2, 13, 3, 6, 1); }
 END_TEST
 START_TEST(test_attention_blocks) { check_attention(1, 2 * GJ_ATTN_QBLOCK + 3, 2, 4, 1); }
@@ -477,41 +494,10 @@ END_TEST
 
 START_TEST(test_attention_bf16) {
   ck_assert_int_eq(gj_gemm_setup(tu_bf16_hw() ? GJ_GEMM_AUTO : GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
-  const int64_t B = 1, T = 2 * GJ_ATTN_QBLOCK + 3, Hl = 2, Hd = 4;
-  att_ctx c = {B, T, Hl, Hd, NULL};
-  size_t n = B * T * Hl * Hd, ld = Hl * Hd;
-  float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
-  float *r = tu_falloc(n), *g = tu_falloc(3 * n);
-  float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T, Hd));
-  double *thd = tu_dalloc(3 * n), *od = tu_dalloc(n), *lsed = tu_dalloc(B * Hl * T);
-  double *rd = tu_dalloc(n), *gd = tu_dalloc(3 * n);
-  tu_fill(th, thd, 3 * n, 2.0);
-  tu_fill(r, rd, n, 1.0);
-  c.r = rd;
   const double u = 1.0 / 256;
-  gj_attention_forward(o, NULL, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
-                       T * ld, ld, T * ld);
-  att_ref(od, lsed, thd, thd + n, thd + 2 * n, &c);
-  ck_assert_double_le(tu_rel(o, od, n), 4 * u);
-  gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B, T,
-                        Hl, Hd, ld);
-  tu_fd(att_loss, &c, thd, 3 * n, gd);
-  for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), 8 * u);
-  /* the output's bf16 copy (bf16 training keeps only it): written beside the float output,
-   * equal to it rounded; backward reading it instead of the float output */
-  gj_bf16 *o16 = calloc(n, sizeof(gj_bf16)), *r16 = calloc(n, sizeof(gj_bf16));
-  gj_attention_forward(o, o16, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
-                       T * ld, ld, T * ld);
-  gj_bf16_round(r16, o, n);
-  ck_assert(!memcmp(o16, r16, n * sizeof(gj_bf16)));
-  gj_attention_backward(g, g + n, g + 2 * n, r, NULL, o16, lse, th, th + n, th + 2 * n, NULL, scratch,
-                        B, T, Hl, Hd, ld);
-  for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), 8 * u);
-  free(o16), free(r16);
+  check_attention_tol(1, 2 * GJ_ATTN_QBLOCK + 3, 2, 4, 1, 4 * u, 8 * u);
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
   gj_gemm_finalize();
-  free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
-  free(rd), free(gd);
 }
 END_TEST
 
