@@ -249,7 +249,7 @@ for p in $pids; do   # alive: exists and not a zombie (PID 1 here may reap late)
   st=$(sed 's/.*) \(.\).*/\1/' "/proc/$p/stat" 2>/dev/null || echo gone)
   [ "$st" = gone ] || [ "$st" = Z ] || left="$left $p($st)"
 done
-if [ -z "$left" ] && ! ip netns list | grep -q "^$P-" && [ ! -e "$GJ_CLUSTER_DIR" ] && ! "$lc" status >/dev/null 2>&1; then
+if [ -z "$left" ] && ! grep -q "^$P-" <<<"$(ip netns list)" && [ ! -e "$GJ_CLUSTER_DIR" ] && ! "$lc" status >/dev/null 2>&1; then
   ok "stop: no daemon left (pids $pids), no $P-* namespace, $GJ_CLUSTER_DIR removed; $(sed 's/^local-cluster: //' "$work/stop.log")"
 else
   bad "stop left: pids${left:- none}, namespaces: $(ip netns list | grep "^$P-" | tr '\n' ' ')"

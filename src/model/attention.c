@@ -131,10 +131,13 @@ GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *
         float *p = P + r * nk, *ds = dS + r * nk;
         const float *dor = dO + (i0 + r) * ld;
         float Di = 0; /* rowsum(dO * O) = sum_j P_j dP_j */
-        if (O16)
+        if (O16) {
+#pragma omp simd reduction(+ : Di)
           for (int64_t d = 0; d < Hd; d++) Di += dor[d] * gj_bf16_to_f32(O16[(i0 + r) * ld + d]);
-        else
+        } else {
+#pragma omp simd reduction(+ : Di)
           for (int64_t d = 0; d < Hd; d++) Di += dor[d] * O[(i0 + r) * ld + d];
+        }
         int64_t nv = i0 + r + 1;
         float l = L[i0 + r];
         /* dS carries the softmax's scale, which dQ and dK both take: the products then have
