@@ -1,7 +1,7 @@
 /* Vectorisable single-precision exp and tanh for the elementwise kernels (softmax,
  * cross-entropy, gelu). exp: Cody-Waite range reduction and Cephes' degree-6 polynomial,
- * within 2 ulp on [-87, 0]; inputs below -87.3 give about 1e-38 instead of 0. Only arguments
- * <= 0 are allowed (softmax and cross-entropy subtract the row maximum; tanh uses
+ * within 2 ulp on [-87, 0]; inputs below -87.3 give about 1e-38 instead of 0; NaN gives NaN.
+ * Only arguments <= 0 (or NaN) are allowed (softmax and cross-entropy subtract the row maximum; tanh uses
  * exp(-2|x|)). With -fno-trapping-math (Makefile.am) GCC if-converts the one clamp and
  * vectorises loops that call these. */
 #ifndef GJ_MODEL_FASTMATH_H
@@ -24,7 +24,9 @@ static inline __attribute__((always_inline)) float gj_expf(float x) {
   p = fmaf(p, r, 1.6666665459e-1f);
   p = fmaf(p, r, 5.0000001201e-1f);
   p = fmaf(p, r * r, r) + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
+  /* n is in [-126, 0] for the arguments allowed; a NaN argument gives a NaN p, and its scale
+   * must come from a defined conversion (the select maps NaN to -127: scale 0, p * 0 NaN) */
+  int32_t bits = ((int32_t)(n > -127.0f ? n : -127.0f) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return p * scale;

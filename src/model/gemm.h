@@ -8,11 +8,13 @@
  * saves the rounding; otherwise pass NULL. lda (ldb) is the row stride of the operand the door
  * reads: of Ah in bf16 precision when Ah is given, of A otherwise (Ah exists only in bf16).
  *
- * Backends: OpenBLAS sgemm (float32, and bf16 values held in float32) and oneDNN matmul (float32 or bfloat16; AMX where the
- * CPU has it, AVX512_BF16 otherwise). A oneDNN primitive is created on the first product of a
- * shape (transpositions, sizes, strides, alpha, beta) and reused. Backend and precision are one
- * process-wide choice, made by gj_gemm_setup before the first product. Safe to call from inside
- * OpenMP parallel regions (the product then runs on the calling thread). */
+ * Backends: OpenBLAS sgemm (float32, and bf16 values held in float32) and oneDNN matmul
+ * (float32 or bfloat16; AMX where the CPU has it, AVX512_BF16 otherwise). A oneDNN primitive
+ * is created on the first product of a shape (transpositions, sizes, strides, alpha, beta,
+ * bias, output type) and reused; a strided destination (ldc > N) gets a dense scratch, since
+ * oneDNN's AMX kernels write only dense ones. Backend and precision are one process-wide
+ * choice, made by gj_gemm_setup before the first product. Safe to call from inside OpenMP
+ * parallel regions (the product then runs on the calling thread). */
 #ifndef GJ_MODEL_GEMM_H
 #define GJ_MODEL_GEMM_H
 
