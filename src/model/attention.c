@@ -14,7 +14,8 @@
 #define HEAD16(set, i, n) ((set) && (set)[i] ? (set)[i] + ((size_t)(b * Hl + h) * (n)) * Hd : NULL)
 #define AT(p, off) ((p) ? (p) + (off) : NULL)
 
-GJ_HOT void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
+GJ_HOT
+void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
                              int64_t T, int64_t Hl, int64_t Hd, int64_t ld) {
   assert(t0 >= 0 && t0 + T <= Tc);
 #pragma omp parallel for schedule(static)
@@ -46,11 +47,11 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd) {
   return (size_t)nthreads * thread_floats(Tk, Hd);
 }
 
-GJ_HOT void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const float *q, const float *k,
-                                 const float *v,
-                          const gj_bf16 *const qkv16[3], int64_t Tkc, float *scratch, int64_t B,
-                          int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd, int64_t ldo,
-                          int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
+GJ_HOT
+void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const float *q, const float *k,
+                          const float *v, const gj_bf16 *const qkv16[3], int64_t Tkc,
+                          float *scratch, int64_t B, int64_t Tq, int64_t Tk, int64_t Hl, int64_t Hd,
+                          int64_t ldo, int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
   const float scale = 1.0f / sqrtf((float)Hd);
   const int64_t pos0 = Tk - Tq;
   assert(pos0 >= 0 && Tkc >= Tk);
@@ -97,10 +98,11 @@ GJ_HOT void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const f
   }
 }
 
-GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                  const gj_bf16 *out16, const float *lse, const float *q, const float *k, const float *v,
-                           const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
-                           int64_t Hl, int64_t Hd, int64_t ld) {
+GJ_HOT
+void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const gj_bf16 *out16, const float *lse, const float *q, const float *k,
+                           const float *v, const gj_bf16 *const qkvd16[4], float *scratch,
+                           int64_t B, int64_t T, int64_t Hl, int64_t Hd, int64_t ld) {
   const float scale = 1.0f / sqrtf((float)Hd);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
@@ -154,8 +156,10 @@ GJ_HOT void gj_attention_backward(float *dq, float *dk, float *dv, const float *
         }
       }
       gj_gemm(0, 0, qb, Hd, nk, 1.0f, dS, dS16, nk, K, K16, lk, 0.0f, dQ + i0 * ld, ld);
-      gj_gemm(1, 0, nk, Hd, qb, 1.0f, dS, dS16, nk, Q + i0 * ld, AT(Q16, i0 * Hd), lq, 1.0f, dKh, Hd);
-      gj_gemm(1, 0, nk, Hd, qb, 1.0f, P, P16, nk, dO + i0 * ld, AT(dO16, i0 * Hd), lo, 1.0f, dVh, Hd);
+      gj_gemm(1, 0, nk, Hd, qb, 1.0f, dS, dS16, nk, Q + i0 * ld, AT(Q16, i0 * Hd), lq, 1.0f, dKh,
+              Hd);
+      gj_gemm(1, 0, nk, Hd, qb, 1.0f, P, P16, nk, dO + i0 * ld, AT(dO16, i0 * Hd), lo, 1.0f, dVh,
+              Hd);
     }
     for (int64_t t = 0; t < T; t++) {
       memcpy(dK + t * ld, dKh + t * Hd, Hd * sizeof(float));

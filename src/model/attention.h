@@ -40,7 +40,7 @@ void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *
  * bf16 copy, read instead of out, which may then be NULL); lse [B, Hl, T];
  * qkvd16: NULL, or head-major bfloat16 copies of q, k, v and dout (as for the forward). */
 void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const gj_bf16 *out16, const float *lse, const float *q, const float *k, const float *v,
-                           const gj_bf16 *const qkvd16[4], float *scratch, int64_t B, int64_t T,
-                           int64_t Hl, int64_t Hd, int64_t ld);
+                           const gj_bf16 *out16, const float *lse, const float *q, const float *k,
+                           const float *v, const gj_bf16 *const qkvd16[4], float *scratch,
+                           int64_t B, int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
 #endif

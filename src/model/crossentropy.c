@@ -10,7 +10,8 @@
 /* Columns of a row handled at once: read from memory once, then again from L1. */
 enum { CE_BLOCK = 512 };
 
-GJ_HOT void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *targets, int64_t N,
+GJ_HOT
+void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *targets, int64_t N,
                  int64_t Vl, int64_t v0) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++) {
@@ -67,7 +68,8 @@ double gj_ce_loss(float *lse, const float *mx, const float *stats, const int32_t
 
 size_t gj_ce_backward_scratch(int nthreads, int64_t Vl) { return (size_t)nthreads * (size_t)Vl; }
 
-GJ_HOT void gj_ce_backward(float *dlogits, gj_bf16 *d16, float *dbias, float *acc, const float *logits,
+GJ_HOT
+void gj_ce_backward(float *dlogits, gj_bf16 *d16, float *dbias, float *acc, const float *logits,
                     const float *lse, const int32_t *targets, int64_t N, int64_t Vl, int64_t v0,
                     float scale, float zloss) {
 #pragma omp parallel

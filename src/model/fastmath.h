@@ -1,8 +1,8 @@
 /* Vectorisable single-precision exp and tanh for the elementwise kernels (softmax,
  * cross-entropy, gelu). exp: Cody-Waite range reduction and Cephes' degree-6 polynomial,
  * within 2 ulp on [-87, 0]; inputs below -87.3 give about 1e-38 instead of 0; NaN gives NaN.
- * Only arguments <= 0 (or NaN) are allowed (softmax and cross-entropy subtract the row maximum; tanh uses
- * exp(-2|x|)). With -fno-trapping-math (Makefile.am) GCC if-converts the one clamp and
+ * Only arguments <= 0 (or NaN) are allowed (softmax and cross-entropy subtract the row
+ * maximum; tanh uses exp(-2|x|)). With -fno-trapping-math (Makefile.am) GCC if-converts the one clamp and
  * vectorises loops that call these. */
 #ifndef GJ_MODEL_FASTMATH_H
 #define GJ_MODEL_FASTMATH_H

@@ -7,7 +7,8 @@
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 
-GJ_HOT void gj_gelu_forward(float *y, const float *x, size_t n) {
+GJ_HOT
+void gj_gelu_forward(float *y, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
@@ -15,7 +16,8 @@ GJ_HOT void gj_gelu_forward(float *y, const float *x, size_t n) {
   }
 }
 
-GJ_HOT void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
+GJ_HOT
+void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
@@ -29,7 +31,8 @@ GJ_HOT void gj_gelu_backward(float *dx, const float *dy, const float *x, size_t 
  * float buffer on the stack (so they round exactly as the GEMM door does). */
 #define GELU_CHUNK 1024
 
-GJ_HOT void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
+GJ_HOT
+void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < n; c += GELU_CHUNK) {
     float buf[GELU_CHUNK];
@@ -43,7 +46,8 @@ GJ_HOT void gj_gelu_forward16(gj_bf16 *y16, const gj_bf16 *x16, size_t n) {
   }
 }
 
-GJ_HOT void gj_gelu_backward16(float *dx, gj_bf16 *dx16, const float *dy, const gj_bf16 *x16, size_t n) {
+GJ_HOT
+void gj_gelu_backward16(float *dx, gj_bf16 *dx16, const float *dy, const gj_bf16 *x16, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < n; c += GELU_CHUNK) {
     size_t m = n - c < GELU_CHUNK ? n - c : GELU_CHUNK;

@@ -111,17 +111,16 @@ static void *scratch_get(scratch *s, size_t bytes) {
   return s->p;
 }
 
-/* Round rows x cols of src (row stride ld) densely into dst. */
-static void round_rows(gj_bf16 *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
-  for (int64_t r = 0; r < rows; r++) gj_bf16_round(dst + r * cols, src + r * ld, (size_t)cols);
-}
-
 /* Round rows x cols of src (row stride lds) into dst (row stride ldd). */
 static void round_rows_to(gj_bf16 *dst, int64_t ldd, const float *src, int64_t rows, int64_t cols,
                           int64_t lds) {
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
   for (int64_t r = 0; r < rows; r++) gj_bf16_round(dst + r * ldd, src + r * lds, (size_t)cols);
+}
+
+/* The same densely (ldd = cols). */
+static void round_rows(gj_bf16 *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  round_rows_to(dst, cols, src, rows, cols, ld);
 }
 
 static void round_generic(gj_bf16 *dst, const float *src, size_t n) {
@@ -178,9 +177,9 @@ static uint64_t key_hash(const prim_entry *k) {
 }
 
 static int key_eq(const prim_entry *x, const prim_entry *y) {
-  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->bias == y->bias && x->c16 == y->c16 && x->M == y->M && x->N == y->N &&
-         x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
-         x->alpha == y->alpha && x->beta == y->beta;
+  return x->ta == y->ta && x->tb == y->tb && x->bf16 == y->bf16 && x->bias == y->bias &&
+         x->c16 == y->c16 && x->M == y->M && x->N == y->N && x->K == y->K && x->lda == y->lda &&
+         x->ldb == y->ldb && x->ldc == y->ldc && x->alpha == y->alpha && x->beta == y->beta;
 }
 
 static void die_dnnl(const char *what, dnnl_status_t st, const prim_entry *k) {
@@ -210,7 +209,8 @@ static dnnl_status_t prim_create(prim_entry *k) {
       (st = dnnl_memory_desc_init_by_strides(&k->c_md, 2, cd, k->c16 ? dnnl_bf16 : dnnl_f32, cs)))
     return st;
   dnnl_dims_t biasd = {1, k->N};
-  if (k->bias && (st = dnnl_memory_desc_init_by_tag(&k->bias_md, 2, biasd, dnnl_f32, dnnl_ab))) return st;
+  if (k->bias && (st = dnnl_memory_desc_init_by_tag(&k->bias_md, 2, biasd, dnnl_f32, dnnl_ab)))
+    return st;
   dnnl_matmul_desc_t md;
   if ((st = dnnl_matmul_desc_init(&md, &k->a_md, &k->b_md, k->bias ? &k->bias_md : NULL, &k->c_md)))
     return st;
@@ -351,8 +351,8 @@ static void dnnl_product(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
     }
     return;
   }
-  prim_entry key = {.ta = ta, .tb = tb, .bf16 = bf16, .bias = bias != NULL, .c16 = c16, .M = M, .N = N, .K = K,
-                    .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
+  prim_entry key = {.ta = ta, .tb = tb, .bf16 = bf16, .bias = bias != NULL, .c16 = c16, .M = M,
+                    .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
   prim_entry *e = prim_get(&key);
   dnnl_status_t st;
   if (!tl_stream && (st = dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags)))
@@ -413,7 +413,8 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
     }
     if (i < g_rec_n) g_rec[i].count += 1;
     else if (g_rec_n < GJ_REC_MAX)
-      g_rec[g_rec_n++] = (rec_shape){ta, tb, par, a16, b16, bias, c16, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
+      g_rec[g_rec_n++] =
+          (rec_shape){ta, tb, par, a16, b16, bias, c16, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
   }
 }
 
@@ -561,33 +562,33 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
   else dnnl_product(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, bias, beta, C, ldc, 1, 0);
 }
 
-/* The public doors: each product recorded (when on), then computed. */
-#define RECORD(alpha, bias, C16)                                                                 \
-  if (g_record && M > 0 && N > 0)                                                                \
-  record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL, C16 != NULL)
+/* A product through the door: recorded (when on), then computed. */
+static void door(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
+                 const float *bias, float beta, float *C, gj_bf16 *C16, int64_t ldc) {
+  if (g_record && M > 0 && N > 0)
+    record(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, Ah != NULL, Bh != NULL, bias != NULL,
+           C16 != NULL);
+  gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, bias, beta, C, C16, ldc);
+}
 
 void gj_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
              float beta, float *C, int64_t ldc) {
-  RECORD(alpha, (const float *)NULL, (const gj_bf16 *)NULL);
-  gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, NULL, ldc);
+  door(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, NULL, beta, C, NULL, ldc);
 }
 
 void gj_gemm_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                   const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                   const float *bias, float beta, float *C, int64_t ldc) {
-  RECORD(1.0f, bias, (const gj_bf16 *)NULL);
-  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, NULL, ldc);
+  door(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, C, NULL, ldc);
 }
 
 void gj_gemm_bias16(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                     const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                     const float *bias, gj_bf16 *C16, int64_t ldc) {
-  const float beta = 0.0f;
-  RECORD(1.0f, bias, C16);
-  gemm(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, beta, NULL, C16, ldc);
+  door(ta, tb, M, N, K, 1.0f, A, Ah, lda, B, Bh, ldb, bias, 0.0f, NULL, C16, ldc);
 }
-#undef RECORD
 
 /* ---- checks and setup ---- */
 
@@ -736,8 +737,9 @@ void gj_gemm_finalize(void) {
   g_epoch++;
   /* the engine and the threads' streams stay: other threads may still hold a stream */
   for (int i = 0; i < GJ_TL_CACHE; i++) mem_set_clear(&tl_mem[i]); /* this thread's */
-  free(tl_a.p), free(tl_b.p), free(tl_c.p), free(tl_d.p), free(tl_pad.p);
-  memset(&tl_a, 0, sizeof tl_a), memset(&tl_b, 0, sizeof tl_b), memset(&tl_c, 0, sizeof tl_c), memset(&tl_d, 0, sizeof tl_d), memset(&tl_pad, 0, sizeof tl_pad);
+  scratch *tl[] = {&tl_a, &tl_b, &tl_c, &tl_d, &tl_pad};
+  for (size_t i = 0; i < sizeof tl / sizeof tl[0]; i++)
+    free(tl[i]->p), memset(tl[i], 0, sizeof *tl[i]);
 }
 
 /* ---- the ceiling of the recorded products ---- */

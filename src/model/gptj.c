@@ -352,13 +352,14 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   /* bf16 training reads fc_in's output only through its bf16 copy: where the products read
    * bf16 (oneDNN) the product writes that; elsewhere (a float scratch of N x Fl then) it is
    * rounded from the float, which the lean arena's dact holds */
-  if (b->pre16 && gj_gemm_reads_bf16())
+  if (b->pre16 && gj_gemm_reads_bf16()) {
     TIMED(GJ_PROF_GEMM, gj_linear_forward16(b->pre16, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
                                             p->fc_in_b, N, D, Fl));
-  else
+  } else {
     TIMED(GJ_PROF_GEMM, gj_linear_forward(b->pre, b->h, h16, p->fc_in_w, W16(p->fc_in_w),
                                           p->fc_in_b, N, D, Fl, 0));
-  if (b->pre16 && !gj_gemm_reads_bf16()) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
+    if (b->pre16) TIMED(GJ_PROF_ELEM, round16(b->pre16, b->pre, N * Fl));
+  }
 }
 
 int gj_model_block_forward(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B, int64_t T,
@@ -440,13 +441,12 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   const float *xf = a->xf + r0 * D;
   TIMED(GJ_PROF_VOCAB, gj_linear_forward(lg, xf, NULL, m->P.lm_w, W16(m->P.lm_w), m->P.lm_b, R, D, Vl, 0);
         gj_ce_stats(mx, st, lg, tg, R, Vl, m->v0));
-  if (m->g->tp_size > 1) {
-    /* each shard's sums are relative to its own max: lse keeps that max until gj_ce_loss */
-    memcpy(lse, mx, R * sizeof(float));
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, mx, R)));
-    gj_ce_rescale(st, lse, mx, R);
-    TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
-  }
+  /* each shard's sums are relative to its own max (lse keeps it until gj_ce_loss): rescaled to
+   * the global max, then summed (with one shard the max is its own and the factor exactly 1) */
+  memcpy(lse, mx, R * sizeof(float));
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_max(m->g, mx, R)));
+  gj_ce_rescale(st, lse, mx, R);
+  TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
   int64_t nv;
   *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv);
   *n_valid += nv;
@@ -529,8 +529,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
         gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
                            W16(p->fc_in_w), N, D, Fl, 0);
         /* lean: att is the float work buffer datt itself, not read: its bf16 copy is */
-        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, lb.att16 ? NULL : att, lb.att16, p->wo,
-                           W16(p->wo), N, Dl, D, 0));
+        gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, lb.att16 ? NULL : att, lb.att16,
+                           p->wo, W16(p->wo), N, Dl, D, 0));
   /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
    * from the float ones) and of d att */
   const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
@@ -583,9 +583,9 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
       return GJ_FAIL("internal: a training model's backward runs through gj_model_forward_backward");
     slot_part(m, 0);
     /* d xf = dlogits W (partial over the vocab shards), from the whole stored logits */
-    TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, NULL, NULL, NULL, a->logits, a->ce_lse, a->targets, N,
-                                        Vl, m->v0, scale, zloss);
-          gj_linear_backward(a->dh, m->G.lm_w, m->G.lm_b, a->logits, NULL, a->xf, NULL, m->P.lm_w,
+    TIMED(GJ_PROF_VOCAB, gj_ce_backward(a->logits, NULL, m->G.lm_b, a->ce_acc, a->logits, a->ce_lse,
+                                        a->targets, N, Vl, m->v0, scale, zloss);
+          gj_linear_backward(a->dh, m->G.lm_w, NULL, a->logits, NULL, a->xf, NULL, m->P.lm_w,
                              W16(m->P.lm_w), N, D, Vl, 0));
   }
   m->head_done = 0;

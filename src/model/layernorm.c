@@ -4,7 +4,8 @@
 
 #include "common.h"
 
-GJ_HOT void gj_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+GJ_HOT
+void gj_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                           const float *b, int64_t N, int64_t D, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++) {
@@ -26,7 +27,8 @@ GJ_HOT void gj_layernorm_forward(float *y, float *mean, float *rstd, const float
   }
 }
 
-GJ_HOT void gj_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+GJ_HOT
+void gj_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int64_t N,
                            int64_t D) {
 #pragma omp parallel for schedule(static)

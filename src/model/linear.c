@@ -15,7 +15,8 @@ void gj_linear_forward16(gj_bf16 *y16, const float *x, const gj_bf16 *x16, const
 
 /* db [Dout] += sum over rows of dy [N, Dout], by column blocks so that each thread reads its
  * columns of every row once. */
-GJ_HOT static void bias_grad(float *db, const float *dy, int64_t N, int64_t Dout) {
+GJ_HOT
+static void bias_grad(float *db, const float *dy, int64_t N, int64_t Dout) {
   enum { CB = 256 };
 #pragma omp parallel for schedule(static)
   for (int64_t o0 = 0; o0 < Dout; o0 += CB) {

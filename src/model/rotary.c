@@ -14,7 +14,8 @@ void gj_rotary_table(float *cos_t, float *sin_t, int64_t P, int64_t R) {
     }
 }
 
-GJ_HOT static void rotate(float *x, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
+GJ_HOT
+static void rotate(float *x, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
                    int64_t Hl, int64_t Hd, int64_t R, int64_t pos0, int64_t ld, float sign) {
   int64_t h = R / 2;
 #pragma omp parallel for schedule(static)

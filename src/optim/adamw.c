@@ -33,7 +33,8 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
-GJ_HOT double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n) {
+GJ_HOT
+double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n) {
   const size_t chunk = 1 << 16;
   double total = 0;
   for (int i = 0; i < l->n; i++) {
@@ -56,7 +57,8 @@ double gj_clip_coef(double norm, double clip) {
   return c < 1.0 ? c : 1.0;
 }
 
-GJ_HOT void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
+GJ_HOT
+void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
                      float clip_coef) {
   /* p = p (1 - lr wd); p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps) */
