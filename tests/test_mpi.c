@@ -210,42 +210,63 @@ END_TEST
 typedef struct {
   int64_t A, B, T;
   int dp_rank;
+  int vocab; /* the ids' range */
 } step_batch;
 
 static int step_fill(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
   const step_batch *sb = ctx;
+  const int64_t V = sb->vocab;
   for (int64_t b = 0; b < sb->B; b++) {
     int64_t seq = (sb->dp_rank * sb->A + a) * sb->B + b; /* the loader's order */
     for (int64_t t = 0; t < sb->T; t++) {
-      ids[b * sb->T + t] = (int32_t)((seq * 131 + t * 17 + 3) % 96);
-      tg[b * sb->T + t] = (int32_t)((seq * 131 + (t + 1) * 17 + 3) % 96);
+      ids[b * sb->T + t] = (int32_t)((seq * 131 + t * 17 + 3) % V);
+      tg[b * sb->T + t] = (int32_t)((seq * 131 + (t + 1) * 17 + 3) % V);
     }
   }
   return 0;
 }
 
-static void run_steps(int tp, int zero, int64_t A, int64_t B, double loss[3], double norm[3]) {
+/* 3 training steps of a 2-layer tiny model of `vocab` tokens (ids over all of it) on TP tp, the
+ * rest DP, A micro-batches of B; rows: the embedding's gradient as rows; clip: > 0 replaces
+ * the default clip. ln: each step's loss and gradient norm; *params (or NULL): a copy of this
+ * rank's weights after them (*n floats). */
+static void run_steps(int tp, int zero, int64_t A, int64_t B, int vocab, int rows, double clip,
+                      double ln[6], float **params, size_t *n) {
   gj_config c;
   tiny(&c, 2);
+  c.vocab_size = vocab;
   const int64_t T = 16;
   gj_grid g;
   ck_assert_int_eq(gj_grid_init(&g, tp), 0);
   ck_assert_int_eq(A * B * g.dp_size, 4);
   gj_state st;
   gj_model m;
-  ck_assert_int_eq(model_new(&st, &m, &c, &g, B, T, zero, 0, 1), 0);
+  ck_assert_int_eq(gj_state_create(&st, &c, &g, zero), 0);
+  if (rows) {
+    ck_assert_int_eq(gj_state_embedding_rows(&st, A * B * T * g.dp_size), 0);
+    ck_assert_ptr_nonnull(st.erows);
+    ck_assert_int_eq(st.erows->cap, A * B * T * g.dp_size);
+  }
+  ck_assert_int_eq(gj_model_create(&m, &st, &g, B, T, 0, 1), 0);
   gj_params_init(m.lay, &c, m.params, 7);
   gj_adamw_hp hp;
   gj_adamw_defaults(&hp);
+  if (clip > 0) hp.grad_clip = clip;
   gj_trainer tr;
   ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f), 0);
-  step_batch sb = {A, B, T, g.dp_rank};
+  step_batch sb = {A, B, T, g.dp_rank, vocab};
   for (int s = 0; s < 3; s++) {
     gj_step_in in = {s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
     gj_step_out out;
     ck_assert_int_eq(gj_train_step(&tr, &in, &out), 0);
     ck_assert(out.finite);
-    loss[s] = out.loss, norm[s] = out.grad_norm;
+    ln[2 * s] = out.loss, ln[2 * s + 1] = out.grad_norm;
+  }
+  if (rows) ck_assert(st.erows->n > 0 && st.erows->n < st.erows->V);
+  if (params) {
+    *n = st.lay.numel;
+    *params = malloc(*n * sizeof(float));
+    memcpy(*params, st.params, *n * sizeof(float));
   }
   gj_trainer_free(&tr);
   model_del(&st, &m);
@@ -253,17 +274,79 @@ static void run_steps(int tp, int zero, int64_t A, int64_t B, double loss[3], do
 }
 
 START_TEST(test_train_step_layouts) {
-  double l0[3], n0[3], l[3], n[3];
-  run_steps(world_size, 0, 2, 2, l0, n0);
+  double ln0[6], ln[6];
+  run_steps(world_size, 0, 2, 2, 96, 0, 0, ln0, NULL, NULL);
   for (int zero = 0; zero < 2; zero++) {
-    run_steps(1, zero, 1, 4 / world_size, l, n);
+    run_steps(1, zero, 1, 4 / world_size, 96, 0, 0, ln, NULL, NULL);
     for (int s = 0; s < 3; s++) {
-      ck_assert_msg(fabs(l[s] - l0[s]) <= 1e-5 * l0[s], "zero %d step %d: loss %.9g vs %.9g", zero, s + 1, l[s], l0[s]);
-      ck_assert_msg(fabs(n[s] - n0[s]) <= 1e-4 * n0[s], "zero %d step %d: norm %.9g vs %.9g", zero, s + 1, n[s], n0[s]);
+      double l = ln[2 * s], l0 = ln0[2 * s], n = ln[2 * s + 1], n0 = ln0[2 * s + 1];
+      ck_assert_msg(fabs(l - l0) <= 1e-5 * l0, "zero %d step %d: loss %.9g vs %.9g", zero, s + 1, l, l0);
+      ck_assert_msg(fabs(n - n0) <= 1e-4 * n0, "zero %d step %d: norm %.9g vs %.9g", zero, s + 1, n, n0);
     }
   }
   /* the steps changed the model: the loss moved */
-  ck_assert(l0[2] != l0[0]);
+  ck_assert(ln0[4] != ln0[0]);
+}
+END_TEST
+
+/* The embedding's gradient as rows (gj_state_embedding_rows) trains as the dense gradient does:
+ * 3 steps on TP = ranks with 2 micro-batches (each TP shard's rows, grown by the second
+ * micro-batch), on DP = ranks (the union of the ranks' rows) and with ZeRO-1 (the reduce-scatter
+ * around the rows, each rank's share of AdamW over them): the same losses, norms and weights,
+ * bit for bit where the sums meet in the same order (up to 2 DP ranks; with 4, Open MPI's
+ * all-reduce of the rows may add in another order than the block's). 64 tokens a step of a
+ * 512-token vocabulary (ids over all of it, so over every TP shard): most rows are absent,
+ * and their weights still decay. */
+START_TEST(test_embedding_rows) {
+  const struct { int tp, zero; int64_t A, B; } cfg[] = {
+      {world_size, 0, 2, 2}, {1, 0, 1, 4 / world_size}, {1, 1, 1, 4 / world_size}};
+  for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+    double d[6], r[6];
+    float *pd, *pr;
+    size_t nd, nr;
+    /* clip 0.05: the norm scales every step, so it must agree too */
+    run_steps(cfg[k].tp, cfg[k].zero, cfg[k].A, cfg[k].B, 512, 0, 0.05, d, &pd, &nd);
+    run_steps(cfg[k].tp, cfg[k].zero, cfg[k].A, cfg[k].B, 512, 1, 0.05, r, &pr, &nr);
+    ck_assert_uint_eq(nd, nr);
+    int exact = cfg[k].tp == world_size || world_size <= 2;
+    for (int i = 0; i < 6; i++)
+      ck_assert_msg(exact ? r[i] == d[i] : fabs(r[i] - d[i]) <= 1e-6 * fabs(d[i]),
+                    "layout %zu: %s %d: rows %.17g, dense %.17g", k, i % 2 ? "norm" : "loss", i / 2 + 1, r[i], d[i]);
+    for (size_t i = 0; i < nd; i++)
+      ck_assert_msg(exact ? memcmp(&pr[i], &pd[i], sizeof(float)) == 0 : fabsf(pr[i] - pd[i]) <= 1e-6f,
+                    "layout %zu: weight %zu: rows %.9g, dense %.9g", k, i, pr[i], pd[i]);
+    free(pd), free(pr);
+  }
+}
+END_TEST
+
+/* The rows give the dense tensor's memory back: gptj-125m's 154 MB of embedding gradient become
+ * the rows of 2,048 tokens, and gptj plan's arithmetic says so. */
+START_TEST(test_embedding_rows_memory) {
+  gj_config c;
+  gj_config_preset(&c, "gptj-125m");
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
+  gj_state st;
+  ck_assert_int_eq(gj_state_create(&st, &c, &g, 0), 0);
+  size_t dense = st.bytes, grads = st.numel_pad * sizeof(float), E = st.lay.t[0].numel * sizeof(float);
+  ck_assert_int_eq(gj_state_embedding_rows(&st, 2048), 0);
+  ck_assert_uint_ge(st.hole_len, E - 2 * 4096);
+  ck_assert_uint_eq(st.bytes, dense - st.hole_len + st.erows->bytes);
+  ck_assert_int_eq(gj_state_train_grad_bytes(&c, world_size, 0, 1, 2048, &grads), 0);
+  size_t plan = dense - st.numel_pad * sizeof(float) + grads;
+  ck_assert_msg(plan + 3 * 4096 >= st.bytes && plan <= st.bytes + ((size_t)2 << 20),
+                "plan %zu, state %zu bytes", plan, st.bytes);
+  ck_assert_uint_lt(st.bytes, dense - E + 2048 * 768 * 4 + ((size_t)4 << 20));
+  gj_state_zero_grads(&st); /* skips the hole */
+  gj_state_free(&st);
+  /* tokens that reach every row: the dense tensor, which is as small */
+  ck_assert_int_eq(gj_state_create(&st, &c, &g, 0), 0);
+  ck_assert_int_eq(gj_state_embedding_rows(&st, c.vocab_size / world_size), 0);
+  ck_assert_ptr_null(st.erows);
+  ck_assert_uint_eq(st.bytes, dense);
+  gj_state_free(&st);
+  gj_grid_free(&g);
 }
 END_TEST
 
@@ -585,6 +668,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_decode_cache16);
   tcase_add_test(tc, test_blocked_head);
   tcase_add_test(tc, test_train_step_layouts);
+  tcase_add_test(tc, test_embedding_rows);
+  tcase_add_test(tc, test_embedding_rows_memory);
   tcase_add_test(tc, test_bcast_large);
   tcase_add_test(tc, test_reductions);
   tcase_add_test(tc, test_node_size);

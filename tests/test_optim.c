@@ -59,7 +59,7 @@ START_TEST(test_grad_sumsq) {
         for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++)
           if (i >= lo && i < lo + n) want += (long double)g[i] * g[i];
       }
-      double got = gj_grad_sumsq(&l, g + lo, tp_rank, lo, n);
+      double got = gj_grad_sumsq(&l, g + lo, NULL, tp_rank, lo, n);
       ck_assert_double_eq_tol(got, (double)want, 1e-12 * (double)want + 1e-300);
     }
   free(g);

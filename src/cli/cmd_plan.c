@@ -80,7 +80,7 @@ int gj_cmd_plan(int argc, char **argv) {
   GJ_TRY(gj_oib_check(oib, 0, zero));
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
-  if (oib && A == 1) GJ_TRY(gj_state_oib_grad_bytes(&c, (int)tp, &ms.grads));
+  GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
   double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
@@ -91,7 +91,12 @@ int gj_cmd_plan(int argc, char **argv) {
   double layer_params = (double)c.n_layer * (4.0 * c.n_embd * c.n_embd + 2.0 * c.n_embd * c.n_inner);
   double extra = recompute ? (2.0 * layer_params + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
   double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
-  double dp_bytes = ring((double)ms.params, (int)dp);
+  /* without the optimizer in backward the embedding's gradient goes as the union of the ranks'
+   * rows (at most the step's tokens) and a byte a row of the shard's vocabulary; ZeRO-1's
+   * reduce-scatter still covers the whole block (zeros where the rows are) */
+  double Vl = (double)c.vocab_size / tp, emb = Vl * c.n_embd * 4;
+  double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
+  double dp_bytes = ring((double)ms.params - (zero && rows < emb ? 0 : emb) + rows, (int)dp);
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
   if (!(rate > 0)) return GJ_FAIL("cannot measure the sgemm rate on the model's shapes (out of memory?): give --sgemm-gflops");

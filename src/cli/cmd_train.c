@@ -300,7 +300,8 @@ static int setup_model(train_ctx *x) {
   gj_mem_sizes *ms = &x->ms;
   GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1,
                         o->micro_batch, o->seq_len, omp_get_max_threads()));
-  if (o->oib && o->grad_accum == 1) GJ_TRY(gj_state_oib_grad_bytes(&x->c, x->g.tp_size, &ms->grads));
+  const int64_t tokens = o->micro_batch * o->seq_len * o->grad_accum * x->g.dp_size;
+  GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, o->grad_accum, tokens, &ms->grads));
   double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16;
   char detail[256];
   snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f",
@@ -315,6 +316,7 @@ static int setup_model(train_ctx *x) {
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
   int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, o->grad_accum == 1)
                   : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
+  if (!rc && !o->oib) rc = gj_state_embedding_rows(&x->st, tokens);
   if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->micro_batch, o->seq_len, (int)o->recompute, 1);
   GJ_AGREE(x->g.world, rc);
   gj_params_init(&x->st.lay, &x->c, x->st.params, (uint64_t)o->seed);

@@ -31,7 +31,7 @@ void gj_embedding_forward16(float *out, const int32_t *ids, const gj_bf16 *wte16
 }
 
 void gj_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int64_t N,
-                           int64_t D, int64_t v0, int64_t Vl) {
+                           int64_t D, int64_t v0, int64_t Vl, const int32_t *slot) {
   /* Parallel over columns: rows repeat when a token repeats, columns never collide. */
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < D; c0 += 16) {
@@ -39,7 +39,8 @@ void gj_embedding_backward(float *dwte, const float *dout, const int32_t *ids, i
     for (int64_t i = 0; i < N; i++) {
       int64_t r = (int64_t)ids[i] - v0;
       if (r < 0 || r >= Vl) continue;
-      for (int64_t c = c0; c < c1; c++) dwte[r * D + c] += dout[i * D + c];
+      float *g = dwte + (slot ? slot[r] : r) * D;
+      for (int64_t c = c0; c < c1; c++) g[c] += dout[i * D + c];
     }
   }
 }

@@ -603,6 +603,9 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   }
   const int emb = gj_layout_parts(m->lay) - 1;
   TIMED(GJ_PROF_ELEM, slot_part(m, emb));
-  TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl));
+  if (m->st->erows) /* the rows the tokens touch (gj_state_embedding_rows) */
+    TIMED(GJ_PROF_VOCAB, GJ_TRY(gj_rowgrad_add(m->st->erows, a->dx, a->ids, N, m->v0)));
+  else
+    TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl, NULL));
   return part_done(m, hook, emb);
 }

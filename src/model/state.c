@@ -130,7 +130,59 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
   return 0;
 }
 
+/* The embedding's rows and their capacity for (layout, tokens); 0: rows would not be smaller
+ * than the dense tensor (a step's tokens reach every row of the shard). */
+static int rows_shape(const gj_layout *l, const gj_config *c, int64_t tokens, int64_t *V,
+                      int64_t *cap) {
+  *V = (int64_t)(l->t[0].numel / (size_t)c->n_embd);
+  *cap = GJ_MAX(GJ_MIN(tokens, *V), 1);
+  return *cap < *V;
+}
+
+int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_accum,
+                              int64_t tokens, size_t *grads) {
+  if (oib && grad_accum == 1) return gj_state_oib_grad_bytes(c, tp, grads);
+  if (oib) return 0; /* the whole block, the embedding's included */
+  gj_layout l;
+  GJ_TRY(gj_layout_build(&l, c, tp, 0));
+  int64_t V, cap;
+  if (!rows_shape(&l, c, tokens, &V, &cap)) {
+    gj_layout_free(&l);
+    return 0;
+  }
+  const size_t huge = (size_t)2 << 20, D = (size_t)c->n_embd;
+  size_t rows = ((size_t)cap * D * sizeof(float) + huge - 1) / huge * huge +
+                (size_t)cap * sizeof(int32_t) + (size_t)V * 5 + D * sizeof(float);
+  *grads = *grads - l.t[0].numel * sizeof(float) + rows;
+  gj_layout_free(&l);
+  return 0;
+}
+
+int gj_state_embedding_rows(gj_state *s, int64_t tokens) {
+  if (!s->grads || s->erows || s->lay.t[0].offset != 0)
+    return GJ_FAIL("internal: embedding gradient rows need a state with a gradient block");
+  int64_t V, cap;
+  if (!rows_shape(&s->lay, &s->c, tokens, &V, &cap)) return 0; /* dense is as small */
+  s->erows = malloc(sizeof *s->erows);
+  if (!s->erows) return GJ_FAIL("out of memory");
+  int rc = gj_rowgrad_create(s->erows, V, s->c.n_embd, cap);
+  if (rc) {
+    free(s->erows), s->erows = NULL;
+    return rc;
+  }
+  /* the whole pages under the dense tensor: given back, and a fault if anything touches them */
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)s->grads + pg - 1) / pg * pg;
+  uintptr_t b = (uintptr_t)(s->grads + s->lay.t[0].numel) / pg * pg;
+  if (b > a && !madvise((void *)a, b - a, MADV_DONTNEED) && !mprotect((void *)a, b - a, PROT_NONE))
+    s->hole = (void *)a, s->hole_len = b - a;
+  s->bytes = s->bytes - s->hole_len + s->erows->bytes;
+  return 0;
+}
+
 void gj_state_free(gj_state *s) {
+  if (s->hole) mprotect(s->hole, s->hole_len, PROT_READ | PROT_WRITE); /* before free() */
+  if (s->erows) gj_rowgrad_free(s->erows), free(s->erows);
   if (s->arena_map) munmap(s->arena, s->arena_map), s->arena = NULL;
   if (s->w16) munmap(s->w16, s->w16_bytes);
   free(s->arena);
@@ -139,5 +191,8 @@ void gj_state_free(gj_state *s) {
 }
 
 void gj_state_zero_grads(gj_state *s) {
-  if (s->grads) memset(s->grads, 0, s->numel_pad * sizeof(float)); /* a slot: the model's part by part */
+  if (!s->grads) return; /* a slot: the model's part by part */
+  size_t e = s->erows ? s->lay.t[0].numel : 0;
+  memset(s->grads + e, 0, (s->numel_pad - e) * sizeof(float));
+  if (s->erows) gj_rowgrad_clear(s->erows);
 }

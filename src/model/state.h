@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/gemm.h"
 #include "model/params.h"
+#include "model/rowgrad.h"
 #include "parallel/grid.h"
 
 typedef struct {
@@ -34,6 +35,11 @@ typedef struct {
   int oib;                /* gj_state_create_oib: for the optimizer in backward */
   float *gslot;           /* with one micro-batch a step: the gradients of one part at a time */
   size_t gslot_n;         /* its floats */
+  /* gj_state_embedding_rows: the embedding's gradients as rows; the pages of the gradient
+   * block under them [hole, hole + hole_len) are given back and any access to them faults */
+  gj_rowgrad *erows;
+  void *hole;
+  size_t hole_len;
 } gj_state;
 
 /* Block and moment sizes of a table at DP size dp: np floats per block, P floats of each
@@ -66,6 +72,19 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
 /* Resident bytes of a bf16-resident state for (c, tp): the float32 tensors and the bf16
  * copies. */
 int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes);
+/* A training state's embedding gradient as rows (model/rowgrad.h) from now on: room for the
+ * rows `tokens` tokens touch (min(Vl, tokens): a step's tokens on all DP ranks, every
+ * micro-batch, since the DP reduction holds their union), and the block's memory under the
+ * dense tensor given back. Backward, the DP reduction, the norm and AdamW then read the rows,
+ * with the same results bit for bit. Not with a gradient slot. Nothing changes (erows stays NULL)
+ * where the tokens reach as many rows as the shard has. */
+int gj_state_embedding_rows(gj_state *s, int64_t tokens);
+/* The gradient bytes of a trainer's state, from *grads, the dense block's (gj_model_sizes):
+ * with the optimizer in backward and one micro-batch a step the slot's
+ * (gj_state_oib_grad_bytes), without it the block with the embedding as rows for a step of
+ * `tokens` tokens on all DP ranks (gj_state_embedding_rows). */
+int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_accum,
+                              int64_t tokens, size_t *grads);
 void gj_state_free(gj_state *s);
 void gj_state_zero_grads(gj_state *s);
 

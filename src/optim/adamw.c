@@ -33,19 +33,44 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
+/* sumsq() over x[0..n) of the embedding's dense gradient (x the tensor's element x0), read
+ * from its rows: the same lanes in the same order, and the absent rows' zeros, which add
+ * nothing, skipped. */
+static double rows_sumsq(const gj_rowgrad *r, size_t x0, size_t n) {
+  const size_t D = (size_t)r->D, body = n / GJ_SUMSQ_LANES * GJ_SUMSQ_LANES;
+  double acc[GJ_SUMSQ_LANES] = {0}, s = 0;
+  for (size_t row = x0 / D; row * D < x0 + n; row++) {
+    if (r->slot[row] < 0) continue;
+    const float *g = gj_rowgrad_row(r, (int64_t)row);
+    size_t a = GJ_MAX(row * D, x0), b = GJ_MIN(row * D + D, x0 + body);
+    for (size_t x = a; x < b; x++) acc[(x - x0) % GJ_SUMSQ_LANES] += (double)g[x - row * D] * g[x - row * D];
+  }
+  for (size_t x = x0 + body; x < x0 + n; x++) {
+    float v = gj_rowgrad_row(r, (int64_t)(x / D))[x % D];
+    s += (double)v * v;
+  }
+  for (int j = 0; j < GJ_SUMSQ_LANES; j++) s += acc[j];
+  return s;
+}
+
 GJ_HOT
-double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n) {
+double gj_grad_sumsq(const gj_layout *l, const float *grads, const gj_rowgrad *rows, int tp_rank,
+                     size_t lo, size_t n) {
   const size_t chunk = 1 << 16;
   double total = 0;
   for (int i = 0; i < l->n; i++) {
     const gj_tensor *t = &l->t[i];
     size_t a, b;
     if ((t->shard == GJ_SHARD_NONE && tp_rank != 0) || !clip_range(t, lo, lo + n, &a, &b)) continue;
+    const gj_rowgrad *r = i == 0 ? rows : NULL;
     const float *g = grads + (a - lo);
     const size_t m = b - a, nc = (m + chunk - 1) / chunk;
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t c = 0; c < nc; c++) s += sumsq(g + c * chunk, GJ_MIN(chunk, m - c * chunk));
+    for (size_t c = 0; c < nc; c++) {
+      size_t k = GJ_MIN(chunk, m - c * chunk);
+      s += r ? rows_sumsq(r, a - t->offset + c * chunk, k) : sumsq(g + c * chunk, k);
+    }
     total += s;
   }
   return total;
@@ -57,13 +82,12 @@ double gj_clip_coef(double norm, double clip) {
   return c < 1.0 ? c : 1.0;
 }
 
-GJ_HOT
-void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
-                     float clip_coef) {
-  /* p = p (1 - lr wd); p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps) */
+/* AdamW on n elements: p = p (1 - lr wd); p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps) */
+static inline void adamw_span(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                              float beta1, float beta2, float eps, float decay, float bc1,
+                              float bc2_sqrt, float clip_coef) {
   const float step = lr / bc1, keep = 1.0f - lr * decay;
-#pragma omp parallel for simd schedule(static)
+#pragma omp simd
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * clip_coef;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -73,17 +97,49 @@ void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, flo
   }
 }
 
-void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
-                     size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t, double lr,
-                     double clip_coef) {
+#define GJ_ADAMW_SPAN 4096
+GJ_HOT
+void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
+                     float clip_coef) {
+  const size_t ns = (n + GJ_ADAMW_SPAN - 1) / GJ_ADAMW_SPAN;
+#pragma omp parallel for schedule(static)
+  for (size_t s = 0; s < ns; s++) {
+    size_t i = s * GJ_ADAMW_SPAN, k = GJ_MIN((size_t)GJ_ADAMW_SPAN, n - i);
+    adamw_span(p + i, g + i, m + i, v + i, k, lr, beta1, beta2, eps, decay, bc1, bc2_sqrt, clip_coef);
+  }
+}
+
+/* The same over the embedding's elements [a, b) (the tensor's own indices), the gradients read
+ * from its rows; p, m, v point at element a. */
+GJ_HOT
+static void adamw_rows(const gj_rowgrad *r, size_t a, size_t b, float *p, float *m, float *v,
+                       float lr, float beta1, float beta2, float eps, float decay, float bc1,
+                       float bc2_sqrt, float clip_coef) {
+  const size_t D = (size_t)r->D, r0 = a / D, r1 = (b + D - 1) / D;
+#pragma omp parallel for schedule(static)
+  for (size_t row = r0; row < r1; row++) {
+    size_t x = GJ_MAX(row * D, a), y = GJ_MIN(row * D + D, b);
+    adamw_span(p + (x - a), gj_rowgrad_row(r, (int64_t)row) + (x - row * D), m + (x - a), v + (x - a),
+               y - x, lr, beta1, beta2, eps, decay, bc1, bc2_sqrt, clip_coef);
+  }
+}
+
+void gj_adamw_update(const gj_layout *l, float *p, const float *g, const gj_rowgrad *rows,
+                     float *m, float *v, size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t,
+                     double lr, double clip_coef) {
   float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
   float bc2s = (float)sqrt(1.0 - pow(hp->beta2, (double)t));
   for (int i = 0; i < l->n; i++) {
     const gj_tensor *ti = &l->t[i];
     size_t a, b;
     if (!clip_range(ti, lo, lo + n, &a, &b)) continue;
-    gj_adamw_kernel(p + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
-                    (float)hp->beta2, (float)hp->eps, ti->decay ? (float)hp->weight_decay : 0.0f,
-                    bc1, bc2s, (float)clip_coef);
+    float decay = ti->decay ? (float)hp->weight_decay : 0.0f;
+    if (i == 0 && rows)
+      adamw_rows(rows, a - ti->offset, b - ti->offset, p + a, m + (a - lo), v + (a - lo), (float)lr,
+                 (float)hp->beta1, (float)hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
+    else
+      gj_adamw_kernel(p + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
+                      (float)hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
   }
 }

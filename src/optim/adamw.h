@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "model/params.h"
+#include "model/rowgrad.h"
 
 typedef struct {
   double lr;           /* peak learning rate */
@@ -18,17 +19,21 @@ void gj_adamw_defaults(gj_adamw_hp *hp);
 
 /* Sum of squares of this rank's gradients of the flat range [lo, lo + n) of the block (g
  * holds the range only: g[0] is element lo), counting tensors that TP replicates only on
- * tp_rank 0 (so that a sum over the TP group counts each element once). */
-double gj_grad_sumsq(const gj_layout *l, const float *grads, int tp_rank, size_t lo, size_t n);
+ * tp_rank 0 (so that a sum over the TP group counts each element once). rows: NULL, or the
+ * embedding's (tensor 0's) gradients as rows (model/rowgrad.h), read instead of g there: the
+ * same sum, bit for bit, as over the dense tensor. */
+double gj_grad_sumsq(const gj_layout *l, const float *grads, const gj_rowgrad *rows, int tp_rank,
+                     size_t lo, size_t n);
 /* The clip factor for a global norm. */
 double gj_clip_coef(double norm, double clip);
 
 /* One AdamW update (step t >= 1, learning rate lr for this step) of the elements of the flat
  * range [lo, lo + n) of the parameter block; gradients are multiplied by clip_coef first.
- * p is the whole block; g, m and v hold the range only (g[0], m[0] are element lo). */
-void gj_adamw_update(const gj_layout *l, float *p, const float *g, float *m, float *v,
-                     size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t, double lr,
-                     double clip_coef);
+ * p is the whole block; g, m and v hold the range only (g[0], m[0] are element lo); rows as
+ * in gj_grad_sumsq (an absent row's gradient is zero: its moments decay, its weights too). */
+void gj_adamw_update(const gj_layout *l, float *p, const float *g, const gj_rowgrad *rows,
+                     float *m, float *v, size_t lo, size_t n, const gj_adamw_hp *hp, int64_t t,
+                     double lr, double clip_coef);
 /* The same update on a flat range of n elements with one decay setting (kernel). */
 void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,

@@ -5,13 +5,15 @@
 
 #include "common.h"
 
-int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_floats) {
+int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
+               size_t bucket_floats) {
   memset(s, 0, sizeof *s);
   s->g = g, s->grads = grads, s->n = n;
+  s->rows = rows, s->skip = rows ? skip : 0;
   s->bucket = bucket_floats ? bucket_floats : ((size_t)1 << 22); /* 16 MB */
   s->cap = (int)(n / s->bucket + 2 + 1024);
   s->req = malloc(s->cap * sizeof(MPI_Request));
-  s->tmp = malloc(s->bucket * sizeof(float));
+  s->tmp = malloc((s->bucket + s->bucket / GJ_MAX(g->dp_size, 1) + 1) * sizeof(float));
   return s->req && s->tmp ? 0 : GJ_FAIL("out of memory");
 }
 
@@ -25,6 +27,7 @@ void gj_dp_begin(gj_dp_sync *s) {
 }
 
 static int post(gj_dp_sync *s, size_t lo, size_t hi) {
+  lo = GJ_MAX(lo, s->skip); /* rows: summed by rows_allreduce */
   for (size_t b = hi; b > lo;) {
     size_t a = b - lo > s->bucket ? b - s->bucket : lo;
     if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
@@ -51,6 +54,21 @@ int gj_dp_ready(void *vs, size_t lo, float *g) {
   return 0;
 }
 
+/* The embedding's rows summed over DP: every rank holds the union of the ranks' rows (an OR
+ * of row masks), in the same order, then one all-reduce of those rows. */
+static int rows_allreduce(gj_dp_sync *s) {
+  gj_rowgrad *r = s->rows;
+  if (!r) return 0;
+  memset(r->mask, 0, (size_t)r->V);
+  for (int64_t i = 0; i < r->n; i++) r->mask[r->row[i]] = 1;
+  GJ_TRY(gj_allreduce_inplace(s->g->dp, r->mask, (size_t)r->V, MPI_UNSIGNED_CHAR, MPI_BOR));
+  GJ_TRY(gj_rowgrad_expand(r, r->mask));
+  size_t nf = (size_t)r->n * (size_t)r->D;
+  GJ_TRY(gj_allreduce_inplace(s->g->dp, r->g, nf, MPI_FLOAT, MPI_SUM));
+  s->bytes += (double)r->V + (double)nf * sizeof(float);
+  return 0;
+}
+
 int gj_dp_finish(gj_dp_sync *s) {
   if (s->g->dp_size == 1) return 0;
   if (s->posted_lo > 0) {
@@ -59,10 +77,18 @@ int gj_dp_finish(gj_dp_sync *s) {
   }
   double t0 = gj_now();
   int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
-  s->wait_s = gj_now() - t0;
   s->nreq = 0;
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
-  return 0;
+  rc = rows_allreduce(s);
+  s->wait_s = gj_now() - t0;
+  return rc;
+}
+
+/* dst[0..c) = the block's [at, at + c), with zeros for [0, skip) (held as rows) */
+static void stage(const gj_dp_sync *s, float *dst, size_t at, size_t c) {
+  size_t z = at < s->skip ? GJ_MIN(c, s->skip - at) : 0;
+  memset(dst, 0, z * sizeof(float));
+  memcpy(dst + z, s->grads + at + z, (c - z) * sizeof(float));
 }
 
 /* Both ZeRO collectives go in pieces of C floats per rank (a bucket in all), staged through
@@ -72,16 +98,21 @@ int gj_dp_reduce_scatter(gj_dp_sync *s, size_t P) {
   int dp = g->dp_size, me = g->dp_rank;
   if (dp == 1) return 0;
   size_t C = s->bucket / dp;
+  float *recv = s->tmp + C * dp; /* a piece that falls in [0, skip): received here, kept from skip */
   double t0 = gj_now();
   for (size_t k = 0; k < P; k += C) {
-    size_t c = GJ_MIN(C, P - k);
-    for (int r = 0; r < dp; r++) memcpy(s->tmp + r * c, s->grads + r * P + k, c * sizeof(float));
-    GJ_MPI_TRY(MPI_Reduce_scatter_block(s->tmp, s->grads + me * P + k, (int)c, MPI_FLOAT, MPI_SUM, g->dp),
+    size_t c = GJ_MIN(C, P - k), at = me * P + k;
+    for (int r = 0; r < dp; r++) stage(s, s->tmp + r * c, r * P + k, c);
+    float *dst = at < s->skip ? recv : s->grads + at;
+    GJ_MPI_TRY(MPI_Reduce_scatter_block(s->tmp, dst, (int)c, MPI_FLOAT, MPI_SUM, g->dp),
                "MPI_Reduce_scatter_block(gradients)");
+    if (dst == recv && at + c > s->skip)
+      memcpy(s->grads + s->skip, recv + (s->skip - at), (at + c - s->skip) * sizeof(float));
   }
-  s->wait_s = gj_now() - t0;
   s->bytes = (double)P * dp * sizeof(float);
-  return 0;
+  int rc = rows_allreduce(s);
+  s->wait_s = gj_now() - t0;
+  return rc;
 }
 
 int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {

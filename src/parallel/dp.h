@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#include "model/rowgrad.h"
 #include "parallel/grid.h"
 
 typedef struct {
@@ -19,10 +20,15 @@ typedef struct {
   size_t bucket;     /* floats per bucket */
   double wait_s;     /* exposed wait of the last finish */
   double bytes;      /* bytes of gradients reduced by this rank in the last step */
-  float *tmp;        /* ZeRO-1 staging: one bucket */
+  float *tmp;        /* ZeRO-1 staging: one bucket, and a piece of a rank's range */
+  gj_rowgrad *rows;  /* NULL, or the gradients of [0, skip) (the embedding) as rows: the block
+                      * has no memory there; they are summed over the union of the ranks' rows */
+  size_t skip;
 } gj_dp_sync;
 
-int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, size_t bucket_floats);
+/* rows (or NULL): the gradients of the block's [0, skip) are held as rows. */
+int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
+               size_t bucket_floats);
 void gj_dp_free(gj_dp_sync *s);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);

@@ -17,7 +17,7 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   t->ids = malloc(N * sizeof(int32_t));
   t->tg = malloc(N * sizeof(int32_t));
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
-  if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, 0);
+  if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0);
   if (rc) gj_trainer_free(t);
   return rc;
 }
@@ -65,14 +65,14 @@ static int oib_ready(void *ctx, size_t lo, float *gr) {
     GJ_TRY(gj_allreduce_inplace(g->dp, gr, hi - lo, MPI_FLOAT, MPI_SUM));
   double t1 = gj_now();
   if (r->in->inject_nan && lo == gj_layout_part_lo(&st->lay, r->in->inject_nan - 1)) gr[0] = NAN;
-  double s = gj_grad_sumsq(&st->lay, gr, g->tp_rank, lo, hi - lo);
+  double s = gj_grad_sumsq(&st->lay, gr, NULL, g->tp_rank, lo, hi - lo);
   r->sumsq += s;
   /* the TP shards of a range agree on applying it (DP ranks hold the same sums) */
   int bad = r->bad || !isfinite(s);
   if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, &bad, 1));
   r->bad = bad;
   if (!bad) {
-    gj_adamw_update(&st->lay, st->params, gr, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
+    gj_adamw_update(&st->lay, st->params, gr, NULL, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
                     r->in->step, r->in->lr, 1.0);
     r->applied = 1;
   }
@@ -114,7 +114,8 @@ static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, dou
   gj_state *st = t->st;
   gj_grid *g = t->g;
   red[0] = loss_sum;
-  red[1] = t->oib ? oib->sumsq : gj_grad_sumsq(&st->lay, st->grads + st->lo, g->tp_rank, st->lo, st->n);
+  red[1] = t->oib ? oib->sumsq
+                  : gj_grad_sumsq(&st->lay, st->grads + st->lo, st->erows, g->tp_rank, st->lo, st->n);
   if (st->zero) { /* every rank holds a distinct range: sum both over the world */
     GJ_TRY(gj_allreduce_sum_f64(g->world, red, 2));
     red[0] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
@@ -135,7 +136,13 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   double t0 = gj_now();
   if (in->inject_nan && !t->oib) { /* where this rank holds the reduced gradients (ZeRO-1: its share) */
     size_t at = gj_layout_part_lo(&st->lay, in->inject_nan - 1);
-    if (at >= st->lo && at < st->lo + st->n) st->grads[at] = NAN;
+    gj_rowgrad *r = st->erows;
+    if (r && at < st->lay.t[0].numel) { /* the embedding's: in its first row held, if any */
+      if (r->n && (size_t)r->row[0] * r->D >= st->lo && (size_t)r->row[0] * r->D < st->lo + st->n)
+        r->g[0] = NAN;
+    } else if (at >= st->lo && at < st->lo + st->n) {
+      st->grads[at] = NAN;
+    }
   }
   double red[2];
   GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
@@ -154,7 +161,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
     return 0;
   }
   if (out->finite) {
-    gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->m, st->v, st->lo, st->n, &t->hp, in->step,
+    gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->erows, st->m, st->v, st->lo, st->n, &t->hp, in->step,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
     if (st->zero) GJ_TRY(gj_dp_allgather(&t->dp, st->params, st->n));
     gj_model_weights_changed(t->m);
