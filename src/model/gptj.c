@@ -87,6 +87,14 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   size_t qf = lean ? 0 : 1;
   size_t Lq = lean ? 1 : Ls, Lq16 = lean ? Ls : 1, Lkv = dec && !kv16 ? L : Lq;
   size_t ND = smul(N, D), NDl = smul(N, Dl), gD = nograd ? 0 : ND, gDl = nograd ? 0 : NDl;
+  /* a bf16 training network on oneDNN keeps the vocabulary head's bf16 weight copy in the
+   * work buffers dq .. dact (contiguous below), idle while the head runs (head_w16): dact grows
+   * to make room where they are smaller than the copy */
+  size_t nact = smul(N, Fl), pad16 = (NDl + 15) / 16 * 16;
+  if (lean && !nograd && gj_gemm_reads_bf16()) {
+    size_t head16 = shalf(smul(Vl, D)), rest = smul(4, pad16);
+    if (head16 > sadd(rest, nact)) nact = head16 - rest;
+  }
   /* head-major bf16 copies: q, k, v per kept slot and d att; q, k, v forward only; q alone
    * beside a bf16 KV cache */
   size_t q16 = kv16 ? NDl : fwd ? smul(3, NDl) : smul(3 * Lq16 + 1, NDl);
@@ -101,7 +109,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
       {&a->ce_acc, nograd ? 0 : gj_ce_backward_scratch(nthreads, Vl)},
       {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
-      {&a->dk, gDl}, {&a->dv, gDl}, {&a->datt, gDl}, {&a->dact, smul(N, Fl)},
+      {&a->dk, gDl}, {&a->dv, gDl}, {&a->datt, gDl}, {&a->dact, nact},
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax, gj_config_head_dim(c))},
       {&a->rot_cos, rot}, {&a->rot_sin, rot},
       {(float **)&a->ids, N}, {(float **)&a->targets, N},
@@ -162,10 +170,8 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   GJ_TRY(check_shape(c, B, T, nthreads));
   size_t np, P;
   gj_state_sizes(l.numel, dp, zero, &np, &P);
-  s->w16 = 0;
-  if (gj_gemm_reads_bf16() && training)
-    s->w16 = head_numel(&l) * sizeof(gj_bf16);
-  else if (gj_gemm_reads_bf16())
+  s->w16 = 0; /* a training network's head copy is in its activations (act_list) */
+  if (gj_gemm_reads_bf16() && !training)
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
@@ -222,8 +228,16 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
     *fl[i].p = fl[i].n ? m->act_arena + off : NULL; /* the bf16 copies are NULL in float32 */
     off += (fl[i].n + 15) / 16 * 16;
   }
+  int fwd_only = recompute == GJ_DECODE || recompute == GJ_FORWARD;
   if (st->w16) { /* bf16-resident weights: the state's copies are the weights */
     m->w16 = st->w16;
+  } else if (gj_gemm_reads_bf16() && training && !fwd_only) {
+    /* the head's copy in the work buffers dq .. dact (act_list made room), rounded as each head
+     * phase starts (head_w16): while the head runs they are idle, and the layers overwrite
+     * them before and after */
+    m->w16 = (gj_bf16 *)m->a.dq, m->w16_head = m->P.lm_w, m->w16_scratch = 1;
+    if ((size_t)((char *)m->a.attn_scratch - (char *)m->a.dq) < head_numel(m->lay) * sizeof(gj_bf16))
+      return gj_model_free(m), GJ_FAIL("internal: no room for the head's bf16 copy");
   } else if (gj_gemm_reads_bf16()) {
     /* an inference network: only the GEMM weights' pages are ever touched (by the first
      * refresh); a training network: the head's weight only. On the FMA units the products
@@ -254,7 +268,7 @@ void gj_model_embed(gj_model *m, float *out, const int32_t *ids, int64_t n) {
 void gj_model_weights_changed(gj_model *m) { m->w16_stale = m->w16 != NULL && !m->st->w16; }
 
 void gj_model_sync_w16(gj_model *m) {
-  if (!m->w16 || !m->w16_stale) return;
+  if (!m->w16 || !m->w16_stale || m->w16_scratch) return;
   if (m->w16_head) {
     round16(m->w16, m->w16_head, (int64_t)head_numel(m->lay));
   } else {
@@ -267,7 +281,7 @@ void gj_model_sync_w16(gj_model *m) {
 }
 
 void gj_model_free(gj_model *m) {
-  if (!m->st || m->w16 != m->st->w16) free(m->w16);
+  if ((!m->st || m->w16 != m->st->w16) && !m->w16_scratch) free(m->w16);
   free(m->act_arena);
   free(m->P.h);
   free(m->G.h);
@@ -461,9 +475,15 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   return 0;
 }
 
+/* The start of a head phase: the head's bf16 copy where it lives in the work buffers. */
+static void head_w16(gj_model *m) {
+  if (m->w16_scratch) TIMED(GJ_PROF_VOCAB, round16(m->w16, m->w16_head, (int64_t)head_numel(m->lay)));
+}
+
 int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                      int64_t T, float zloss, double *loss_sum, int64_t *n_valid) {
   GJ_TRY(forward_body(m, ids, targets, B, T));
+  head_w16(m);
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
   m->head_done = 0;
@@ -484,6 +504,7 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   const int64_t N = B * T;
   *loss_sum = 0, *n_valid = 0;
   const int64_t R = GJ_HEAD_ROWS;
+  head_w16(m);
   TIMED(GJ_PROF_ELEM, slot_part(m, 0));
   for (int64_t r0 = 0; r0 < N; r0 += R)
     GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));

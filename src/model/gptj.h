@@ -99,13 +99,16 @@ typedef struct {
   /* bf16 precision on oneDNN: bfloat16 copies of the GEMM weights (every 2-D tensor but the
    * embedding), at the same offsets as in params; rounded again before the first forward after
    * gj_model_weights_changed. NULL in float32 and on the FMA path. A training network copies
-   * the vocabulary head's weight only (w16_head: then w16 is that tensor's copy): the head's
+   * the vocabulary head's weight only (w16_head: then w16 is that tensor's copy, in the
+   * activation arena: w16_scratch): the head's
    * weight is read by 2 N / GJ_HEAD_ROWS products a micro-batch, every other weight by two
    * (three with recomputation), which the door rounds as it goes at no measurable cost
    * (gptj-350m bf16 on AVX512_BF16: the same step time, 0.6 GB less). */
   gj_bf16 *w16;
   int w16_stale;
   const float *w16_head;
+  int w16_scratch; /* training: w16 (the head's copy) lies in the work buffers dq .. dact, idle
+                    * while the head runs, and is rounded as each head phase starts */
 } gj_model;
 
 /* The network over state st (made by gj_state_create for g's TP rank, or by
