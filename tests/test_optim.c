@@ -2,6 +2,9 @@
  * the learning-rate schedule. */
 #include <check.h>
 
+#include <string.h>
+
+#include "model/embedding.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "testutil.h"
@@ -66,6 +69,55 @@ START_TEST(test_grad_sumsq) {
 }
 END_TEST
 
+/* The embedding's gradient as rows (model/rowgrad.h) gives the dense tensor's sum of squares
+ * and AdamW update bit for bit, over ranges that start and end mid-row (a ZeRO-1 share), cross
+ * the norm's 65,536-element chunks and run on into the next tensor: 1,000 rows of 203 floats,
+ * 300 of them held (added in two micro-batches, the second growing the set). */
+START_TEST(test_rows_as_dense) {
+  enum { V = 1000, D = 203, N = 150 };
+  gj_tensor t[2] = {{.shard = GJ_SHARD_ROWS, .offset = 0, .numel = V * D, .decay = 1},
+                    {.shard = GJ_SHARD_NONE, .offset = V * D, .numel = 4001}};
+  gj_layout l = {.t = t, .n = 2, .numel = V * D + 4001};
+  gj_rowgrad r;
+  ck_assert_int_eq(gj_rowgrad_create(&r, V, D, 2 * N), 0);
+  float *g = tu_falloc(l.numel), *dout = tu_falloc(N * D);
+  int32_t ids[N];
+  for (size_t i = V * D; i < l.numel; i++) g[i] = (float)(((i * 40503u) % 2001) / 1000.0 - 1.0);
+  for (int mb = 0; mb < 2; mb++) {
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7 + mb * 500 + (i % 3) * 11) % V) + 5; /* v0 5 */
+    for (size_t i = 0; i < N * D; i++) dout[i] = (float)((((i + mb) * 2654435761u) % 20001) / 10000.0 - 1.0);
+    ck_assert_int_eq(gj_rowgrad_add(&r, dout, ids, N, 5), 0);
+    gj_embedding_backward(g, dout, ids, N, D, 5, V, NULL);
+  }
+  ck_assert(r.n > N && r.n <= 2 * N);
+  for (int64_t i = 1; i < r.n; i++) ck_assert_int_lt(r.row[i - 1], r.row[i]);
+  const size_t ranges[][2] = {{0, l.numel}, {5, 150007}, {70000, 100}, {130001, 76000}, {V * D - 1, 2}};
+  gj_adamw_hp hp;
+  gj_adamw_defaults(&hp);
+  for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+    const size_t lo = ranges[k][0], n = ranges[k][1];
+    double dense = gj_grad_sumsq(&l, g + lo, NULL, 0, lo, n), rows = gj_grad_sumsq(&l, g + lo, &r, 0, lo, n);
+    ck_assert_msg(memcmp(&dense, &rows, sizeof dense) == 0, "range %zu: sumsq %.17g rows, %.17g dense", k, rows, dense);
+    float *p[2], *m[2], *v[2];
+    for (int j = 0; j < 2; j++) {
+      p[j] = tu_falloc(l.numel), m[j] = tu_falloc(n), v[j] = tu_falloc(n);
+      for (size_t i = 0; i < l.numel; i++) p[j][i] = (float)((i % 97) / 97.0 - 0.5);
+      for (size_t i = 0; i < n; i++) m[j][i] = (float)((i % 13) / 130.0), v[j][i] = (float)((i % 7) / 700.0);
+      gj_adamw_update(&l, p[j], g + lo, j ? &r : NULL, m[j], v[j], lo, n, &hp, 3, 1e-3, 0.5);
+    }
+    ck_assert_msg(memcmp(p[0], p[1], l.numel * sizeof(float)) == 0, "range %zu: weights", k);
+    ck_assert_msg(memcmp(m[0], m[1], n * sizeof(float)) == 0 && memcmp(v[0], v[1], n * sizeof(float)) == 0,
+                  "range %zu: moments", k);
+    for (int j = 0; j < 2; j++) free(p[j]), free(m[j]), free(v[j]);
+  }
+  gj_rowgrad_clear(&r);
+  ck_assert_int_eq(r.n, 0);
+  for (int i = 0; i < V; i++) ck_assert_int_eq(r.slot[i], -1);
+  gj_rowgrad_free(&r);
+  free(g), free(dout);
+}
+END_TEST
+
 START_TEST(test_schedule) {
   gj_schedule s = {1e-3, 10, 110, 0.1};
   ck_assert_double_eq_tol(gj_schedule_lr(&s, 1), 1e-4, 1e-15);
@@ -86,6 +138,7 @@ int main(void) {
   tcase_add_test(tc, test_adamw_kernel);
   tcase_add_test(tc, test_clip);
   tcase_add_test(tc, test_grad_sumsq);
+  tcase_add_test(tc, test_rows_as_dense);
   tcase_add_test(tc, test_schedule);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -81,7 +81,8 @@ int gj_cmd_plan(int argc, char **argv) {
   gj_mem_sizes ms;
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
   GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
-  double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 : 0; /* DP staging bucket */
+  /* DP staging: a bucket and a rank's piece of one */
+  double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 * (1.0 + 1.0 / dp) : 0;
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
   int64_t N = B * T;

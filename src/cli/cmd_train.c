@@ -300,7 +300,9 @@ static int setup_model(train_ctx *x) {
   gj_mem_sizes *ms = &x->ms;
   GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1,
                         o->micro_batch, o->seq_len, omp_get_max_threads()));
-  const int64_t tokens = o->micro_batch * o->seq_len * o->grad_accum * x->g.dp_size;
+  /* a step's tokens on all DP ranks, saturated (the flags' product can exceed int64) */
+  double tk = (double)o->micro_batch * (double)o->seq_len * (double)o->grad_accum * x->g.dp_size;
+  const int64_t tokens = tk < 4e18 ? (int64_t)tk : (int64_t)4e18;
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, o->grad_accum, tokens, &ms->grads));
   double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16;
   char detail[256];

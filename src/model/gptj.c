@@ -170,8 +170,11 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   GJ_TRY(check_shape(c, B, T, nthreads));
   size_t np, P;
   gj_state_sizes(l.numel, dp, zero, &np, &P);
-  s->w16 = 0; /* a training network's head copy is in its activations (act_list) */
-  if (gj_gemm_reads_bf16() && !training)
+  /* a training network's head copy is in its activations (act_list), but a forward-only one's */
+  s->w16 = 0;
+  if (gj_gemm_reads_bf16() && training && (recompute == GJ_DECODE || recompute == GJ_FORWARD))
+    s->w16 = head_numel(&l) * sizeof(gj_bf16);
+  else if (gj_gemm_reads_bf16() && !training)
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
   gj_layout_free(&l);
@@ -240,8 +243,8 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
       return gj_model_free(m), GJ_FAIL("internal: no room for the head's bf16 copy");
   } else if (gj_gemm_reads_bf16()) {
     /* an inference network: only the GEMM weights' pages are ever touched (by the first
-     * refresh); a training network: the head's weight only. On the FMA units the products
-     * round the float32 weights themselves. */
+     * refresh); a forward-only training network: the head's weight only. On the FMA units the
+     * products round the float32 weights themselves. */
     size_t n16 = training ? head_numel(m->lay) : np;
     if (posix_memalign((void **)&m->w16, (size_t)2 << 20, n16 * sizeof(gj_bf16)))
       return m->w16 = NULL, gj_model_free(m),

@@ -98,7 +98,7 @@ typedef struct {
   int nthreads;
   /* bf16 precision on oneDNN: bfloat16 copies of the GEMM weights (every 2-D tensor but the
    * embedding), at the same offsets as in params; rounded again before the first forward after
-   * gj_model_weights_changed. NULL in float32 and on the FMA path. A training network copies
+   * gj_model_weights_changed (w16_scratch: at every head phase instead). NULL in float32 and on the FMA path. A training network copies
    * the vocabulary head's weight only (w16_head: then w16 is that tensor's copy, in the
    * activation arena: w16_scratch): the head's
    * weight is read by 2 N / GJ_HEAD_ROWS products a micro-batch, every other weight by two
@@ -193,7 +193,8 @@ void gj_model_embed(gj_model *m, float *out, const int32_t *ids, int64_t n);
 /* The parameters changed (optimizer step, load): bf16 weight copies are refreshed before the
  * next forward. Cheap; a no-op in float32. */
 void gj_model_weights_changed(gj_model *m);
-/* Refresh the bf16 copies now if they are stale (the forwards call it). */
+/* Refresh the bf16 copies now if they are stale (the forwards call it; w16_scratch: nothing,
+ * the head phases round the head's copy). */
 void gj_model_sync_w16(gj_model *m);
 /* The bf16 copy of parameter tensor p (a pointer into m->params), or NULL: in float32, on the
  * FMA path, and in a training network for every tensor but the head's weight (the door then

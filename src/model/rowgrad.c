@@ -5,7 +5,6 @@
 
 #include "common.h"
 #include "model/embedding.h"
-#include "model/state.h"
 
 int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap) {
   memset(r, 0, sizeof *r);
@@ -19,7 +18,8 @@ int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap) {
   r->mask = malloc((size_t)V);
   r->zero = calloc((size_t)D, sizeof(float));
   r->bytes = (size_t)cap * (size_t)D * sizeof(float);
-  r->g = gj_arena_alloc(r->bytes); /* touched once here: never a first-touch fault in a step */
+  if (posix_memalign((void **)&r->g, 64, r->bytes)) r->g = NULL;
+  else memset(r->g, 0, r->bytes); /* touched once here: never a first-touch fault in a step */
   if (!r->row || !r->slot || !r->mask || !r->zero || !r->g) {
     gj_rowgrad_free(r);
     return GJ_FAIL("out of memory for %lld embedding gradient rows of %lld floats", (long long)cap,
@@ -41,6 +41,8 @@ void gj_rowgrad_clear(gj_rowgrad *r) {
 }
 
 int gj_rowgrad_expand(gj_rowgrad *r, const unsigned char *mask) {
+  for (int64_t i = 0; i < r->n; i++)
+    if (!mask[r->row[i]]) return GJ_FAIL("internal: an embedding gradient row missing from its union");
   int64_t u = 0;
   for (int64_t i = 0; i < r->V; i++) u += mask[i] != 0;
   if (u > r->cap)
@@ -63,7 +65,6 @@ int gj_rowgrad_expand(gj_rowgrad *r, const unsigned char *mask) {
     r->slot[row] = (int32_t)j;
     j--;
   }
-  if (i >= 0) return GJ_FAIL("internal: an embedding gradient row missing from its union");
   r->n = u;
   return 0;
 }

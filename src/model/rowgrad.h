@@ -6,7 +6,7 @@
  * The gradient block's range of wte then has no memory (gj_state_embedding_rows). Every
  * consumer reads the rows as the dense tensor they stand for, absent rows zero, in the same
  * order of operations (the sum of squares, AdamW), so training is bit for bit that of the
- * dense gradient; the DP reduction sums the union of the ranks' rows (an OR of row masks first),
+ * dense gradient (up to the order in which MPI adds more than two DP ranks); the DP reduction sums the union of the ranks' rows (an OR of row masks first),
  * which also sends less than the whole table whenever the union is smaller. */
 #ifndef GJ_MODEL_ROWGRAD_H
 #define GJ_MODEL_ROWGRAD_H

@@ -130,13 +130,19 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
   return 0;
 }
 
+/* The bytes of rows for V rows of D floats, room for cap (gj_rowgrad_create). */
+static size_t rows_bytes(int64_t V, int64_t D, int64_t cap) {
+  return (size_t)cap * (size_t)D * sizeof(float) + (size_t)cap * sizeof(int32_t) + (size_t)V * 5 +
+         (size_t)D * sizeof(float);
+}
+
 /* The embedding's rows and their capacity for (layout, tokens); 0: rows would not be smaller
- * than the dense tensor (a step's tokens reach every row of the shard). */
+ * than the dense tensor (a step's tokens reach nearly every row of the shard). */
 static int rows_shape(const gj_layout *l, const gj_config *c, int64_t tokens, int64_t *V,
                       int64_t *cap) {
   *V = (int64_t)(l->t[0].numel / (size_t)c->n_embd);
   *cap = GJ_MAX(GJ_MIN(tokens, *V), 1);
-  return *cap < *V;
+  return rows_bytes(*V, c->n_embd, *cap) < l->t[0].numel * sizeof(float);
 }
 
 int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_accum,
@@ -150,17 +156,15 @@ int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_
     gj_layout_free(&l);
     return 0;
   }
-  const size_t huge = (size_t)2 << 20, D = (size_t)c->n_embd;
-  size_t rows = ((size_t)cap * D * sizeof(float) + huge - 1) / huge * huge +
-                (size_t)cap * sizeof(int32_t) + (size_t)V * 5 + D * sizeof(float);
-  *grads = *grads - l.t[0].numel * sizeof(float) + rows;
+  *grads = *grads - l.t[0].numel * sizeof(float) + rows_bytes(V, c->n_embd, cap);
   gj_layout_free(&l);
   return 0;
 }
 
 int gj_state_embedding_rows(gj_state *s, int64_t tokens) {
-  if (!s->grads || s->erows || s->lay.t[0].offset != 0)
-    return GJ_FAIL("internal: embedding gradient rows need a state with a gradient block");
+  if (!s->grads || s->erows || s->oib || s->lay.t[0].offset != 0)
+    return GJ_FAIL("internal: embedding gradient rows need a state with a gradient block, "
+                   "without the optimizer in backward");
   int64_t V, cap;
   if (!rows_shape(&s->lay, &s->c, tokens, &V, &cap)) return 0; /* dense is as small */
   s->erows = malloc(sizeof *s->erows);

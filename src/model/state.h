@@ -76,7 +76,8 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes);
  * rows `tokens` tokens touch (min(Vl, tokens): a step's tokens on all DP ranks, every
  * micro-batch, since the DP reduction holds their union), and the block's memory under the
  * dense tensor given back. Backward, the DP reduction, the norm and AdamW then read the rows,
- * with the same results bit for bit. Not with a gradient slot. Nothing changes (erows stays NULL)
+ * with the same results bit for bit (up to the order in which MPI adds more than two DP ranks).
+ * Not with the optimizer in backward. Nothing changes (erows stays NULL)
  * where the tokens reach as many rows as the shard has. */
 int gj_state_embedding_rows(gj_state *s, int64_t tokens);
 /* The gradient bytes of a trainer's state, from *grads, the dense block's (gj_model_sizes):
