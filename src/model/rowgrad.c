@@ -40,6 +40,12 @@ void gj_rowgrad_clear(gj_rowgrad *r) {
   r->n = 0;
 }
 
+unsigned char *gj_rowgrad_mask(gj_rowgrad *r) {
+  memset(r->mask, 0, (size_t)r->V);
+  for (int64_t i = 0; i < r->n; i++) r->mask[r->row[i]] = 1;
+  return r->mask;
+}
+
 int gj_rowgrad_expand(gj_rowgrad *r, const unsigned char *mask) {
   for (int64_t i = 0; i < r->n; i++)
     if (!mask[r->row[i]]) return GJ_FAIL("internal: an embedding gradient row missing from its union");
@@ -77,13 +83,12 @@ int gj_rowgrad_add(gj_rowgrad *r, const float *dout, const int32_t *ids, int64_t
     fresh = row >= 0 && row < V && r->slot[row] < 0;
   }
   if (fresh) { /* rows not held yet: hold the union */
-    memset(r->mask, 0, (size_t)V);
-    for (int64_t i = 0; i < r->n; i++) r->mask[r->row[i]] = 1;
+    unsigned char *mask = gj_rowgrad_mask(r);
     for (int64_t i = 0; i < N; i++) {
       int64_t row = (int64_t)ids[i] - v0;
-      if (row >= 0 && row < V) r->mask[row] = 1;
+      if (row >= 0 && row < V) mask[row] = 1;
     }
-    GJ_TRY(gj_rowgrad_expand(r, r->mask));
+    GJ_TRY(gj_rowgrad_expand(r, mask));
   }
   gj_embedding_backward(r->g, dout, ids, N, D, v0, V, r->slot);
   return 0;

@@ -30,6 +30,8 @@ int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap);
 void gj_rowgrad_free(gj_rowgrad *r);
 /* No rows held (the gradient is zero). */
 void gj_rowgrad_clear(gj_rowgrad *r);
+/* r->mask = the rows held (1) and no other; returns it, for the caller to add rows to. */
+unsigned char *gj_rowgrad_mask(gj_rowgrad *r);
 /* Hold every row of mask (a superset of the rows held): rows move to their places in the
  * ascending order, new rows start at zero. Fails if they exceed the capacity. */
 int gj_rowgrad_expand(gj_rowgrad *r, const unsigned char *mask);

@@ -77,8 +77,8 @@ int gj_state_weights16_bytes(const gj_config *c, int tp, size_t *bytes);
  * micro-batch, since the DP reduction holds their union), and the block's memory under the
  * dense tensor given back. Backward, the DP reduction, the norm and AdamW then read the rows,
  * with the same results bit for bit (up to the order in which MPI adds more than two DP ranks).
- * Not with the optimizer in backward. Nothing changes (erows stays NULL)
- * where the tokens reach as many rows as the shard has. */
+ * Not with the optimizer in backward. Nothing changes (erows stays NULL) where the rows would
+ * not be smaller than the dense tensor (the tokens reach nearly every row of the shard). */
 int gj_state_embedding_rows(gj_state *s, int64_t tokens);
 /* The gradient bytes of a trainer's state, from *grads, the dense block's (gj_model_sizes):
  * with the optimizer in backward and one micro-batch a step the slot's

@@ -59,10 +59,9 @@ int gj_dp_ready(void *vs, size_t lo, float *g) {
 static int rows_allreduce(gj_dp_sync *s) {
   gj_rowgrad *r = s->rows;
   if (!r) return 0;
-  memset(r->mask, 0, (size_t)r->V);
-  for (int64_t i = 0; i < r->n; i++) r->mask[r->row[i]] = 1;
-  GJ_TRY(gj_allreduce_inplace(s->g->dp, r->mask, (size_t)r->V, MPI_UNSIGNED_CHAR, MPI_BOR));
-  GJ_TRY(gj_rowgrad_expand(r, r->mask));
+  unsigned char *mask = gj_rowgrad_mask(r);
+  GJ_TRY(gj_allreduce_inplace(s->g->dp, mask, (size_t)r->V, MPI_UNSIGNED_CHAR, MPI_BOR));
+  GJ_TRY(gj_rowgrad_expand(r, mask));
   size_t nf = (size_t)r->n * (size_t)r->D;
   GJ_TRY(gj_allreduce_inplace(s->g->dp, r->g, nf, MPI_FLOAT, MPI_SUM));
   s->bytes += (double)r->V + (double)nf * sizeof(float);
