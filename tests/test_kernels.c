@@ -193,6 +193,54 @@ START_TEST(test_gemm_backends) {
 }
 END_TEST
 
+/* gj_gemm_recorded_replay runs exactly the recorded products, each shape as many times as it
+ * was recorded (a shape recorded inside a parallel region shared out over its threads), through
+ * the same doors, without recording itself, on every backend and precision this CPU offers. */
+START_TEST(test_gemm_replay) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  const int have16 = f.amx_bf16 || f.avx512_bf16;
+  struct { gj_gemm_backend b; gj_precision p; } runs[] = {
+      {GJ_GEMM_OPENBLAS, GJ_PREC_F32}, {GJ_GEMM_ONEDNN, GJ_PREC_F32}, {GJ_GEMM_OPENBLAS, GJ_PREC_BF16},
+      {GJ_GEMM_ONEDNN, GJ_PREC_BF16}};
+  float *A = calloc(64 * 64, sizeof(float)), *B = calloc(64 * 64, sizeof(float));
+  float *bias = calloc(64, sizeof(float)), *C = calloc(2 * 64 * 64, sizeof(float));
+  gj_bf16 *A16 = calloc(64 * 64, sizeof(gj_bf16)), *C16 = calloc(2 * 64 * 64, sizeof(gj_bf16));
+  for (int r = 0; r < 4; r++) {
+    if (runs[r].b == GJ_GEMM_ONEDNN && runs[r].p == GJ_PREC_BF16 && !have16) continue;
+    ck_assert_int_eq(gj_gemm_setup(runs[r].b, runs[r].p), 0);
+    const int bf = runs[r].p == GJ_PREC_BF16;
+    gj_gemm_record_reset();
+    gj_gemm_record(1);
+    for (int k = 0; k < 3; k++) gj_gemm(0, 1, 32, 16, 8, 1.0f, A, bf ? A16 : NULL, 64, B, NULL, 64, 0.0f, C, 64);
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+      for (int k = 0; k < 5; k++) {
+        if (bf) gj_gemm_bias16(1, 0, 16, 24, 40, A, A16, 64, B, NULL, 64, bias, C16 + t * 64 * 64, 64);
+        else gj_gemm_bias(1, 0, 16, 24, 40, A, NULL, 64, B, NULL, 64, bias, 0.0f, C + t * 64 * 64, 64);
+      }
+    }
+    const double flops = gj_gemm_recorded_flops(), want = 3 * 2.0 * 32 * 16 * 8 + 10 * 2.0 * 16 * 24 * 40;
+    ck_assert_int_eq(gj_gemm_recorded_shapes(), 2);
+    ck_assert_double_eq(flops, want);
+    const uint64_t before = gj_gemm_products();
+    ck_assert(gj_gemm_recorded_replay() > 0); /* while recording is on: it records nothing */
+    ck_assert_uint_eq(gj_gemm_products() - before, 13);
+    ck_assert_int_eq(gj_gemm_recorded_shapes(), 2);
+    ck_assert_double_eq(gj_gemm_recorded_flops(), want);
+    gj_gemm_record(0);
+    ck_assert(gj_gemm_recorded_replay() > 0);
+    ck_assert_uint_eq(gj_gemm_products() - before, 26);
+    gj_gemm_record_reset();
+    ck_assert(gj_gemm_recorded_replay() == 0); /* nothing recorded: no figure */
+  }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(A), free(B), free(bias), free(C), free(A16), free(C16);
+}
+END_TEST
+
 /* ref [M, N] = sum over k of a[i*ar + k*ak] b[k*bk + j*bj], in double, of bf16 numbers. */
 static void ref_product(double *ref, const gj_bf16 *a, int64_t ar, int64_t ak, const gj_bf16 *b,
                         int64_t bk, int64_t bj, int64_t M, int64_t N, int64_t K) {
@@ -754,6 +802,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gemm_bf16_pieces);
+  tcase_add_test(tc, test_gemm_replay);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_rotary);
   tcase_add_test(tc, test_attention_small);

@@ -482,6 +482,23 @@ START_TEST(test_nan_steps) {
 }
 END_TEST
 
+/* gptj bench on 2 DP ranks: its figures are there and sane, the GEMM efficiency taken pair by
+ * pair from each measured step and the step's products replayed alone right after it. */
+START_TEST(test_bench) {
+  char args[2048], log[1400];
+  snprintf(log, sizeof log, "%s/bench.log", OUT);
+  snprintf(args, sizeof args, "bench --preset tiny --seq-len 32 --micro-batch 2 --steps 3 --json %s/bench.json", OUT);
+  int rc = gptj(2, args, log);
+  if (rc) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(sh("grep -q 'GEMM efficiency .*replayed alone right after each step' %s", log), 0);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, sys; d = json.load(open('%s/bench.json')); "
+                      "sys.exit(not (d['dp'] == 2 and d['step_s'] > 0 and d['gemm_replay_s'] > 0 and "
+                      "d['gemm_replay_s'] < 3 * d['step_s'] and d['gemm_eff'] > 0 and d['gemm_eff_best'] > 0 and "
+                      "d['gemm_best_flops_per_s'] > 0 and d['peak_rss_bytes'] > 0))\"", OUT), 0);
+}
+END_TEST
+
 int main(void) {
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "train")) return 1;
   Suite *s = suite_create("train");
@@ -501,5 +518,6 @@ int main(void) {
   TU_ADD(s, test_nan_steps, NULL, 900);
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
+  TU_ADD(s, test_bench, NULL, 900);
   return tu_run(s);
 }

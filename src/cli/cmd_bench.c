@@ -1,7 +1,8 @@
 /* gptj bench: full training steps (forward, backward, DP reduction, AdamW) of a preset or
  * config on synthetic tokens, with a time breakdown, the achieved FLOP/s against the
- * hardware's peak (MFU), and the step's GEMM FLOP/s against the GEMM backend's own rate on
- * exactly the step's products, timed alone in the same process at the same thread count. */
+ * hardware's peak (MFU), and the GEMM efficiency: the step's own products replayed alone in the
+ * same process at the same thread count right after each measured step, over the step's time
+ * (pairs: a shared machine's speed drifts, and each pair sees one moment of it). */
 #include <malloc.h>
 #include <math.h>
 #include <omp.h>
@@ -44,14 +45,15 @@ typedef struct {
   gj_model m;
   gj_trainer tr;
   double *st_s;            /* [steps] step times */
+  double *rp_s;            /* [steps] the step's products replayed alone right after it (max over ranks) */
   double prof[GJ_PROF_N + 2]; /* mean seconds per category, then DP wait and optimizer */
   double peak;
   const char *peak_how;
-  double rss_early; /* peak RSS before the first GEMM-ceiling timing (0: none was made) */
+  double rss_probe; /* peak RSS before the GEMM timings, each followed by a reset of the mark (0: none) */
 } bench_ctx;
 
 static void bench_free(bench_ctx *x) {
-  free(x->st_s);
+  free(x->st_s), free(x->rp_s);
   gj_trainer_free(&x->tr);
   gj_model_free(&x->m);
   gj_state_free(&x->st);
@@ -89,9 +91,10 @@ static int parse(bench_ctx *x, int argc, char **argv) {
   int rc = gj_modelopts_parse(&x->mo, argc, argv, table, "gptj bench [--preset NAME] [options]",
                               "Times training steps on synthetic tokens. Reports MFU (model FLOP/s over the\n"
                               "hardware's peak for the precision, from a tight FMA / AMX loop on every thread)\n"
-                              "and the GEMM efficiency (the step's GEMM FLOPs per second of step over the\n"
-                              "backend's rate on exactly the step's products, each timed alone here at the\n"
-                              "same thread count, OMP_NUM_THREADS).");
+                              "and the GEMM efficiency: the time of the step's own products, replayed alone\n"
+                              "right after each measured step (same backend, shapes and thread count,\n"
+                              "OMP_NUM_THREADS), over that step's time, the median of the pairs; and the same\n"
+                              "against each product's best-of-repetitions rate.");
   if (rc) return rc;
   x->c = x->mo.config;
   if (o->T > x->c.n_positions)
@@ -125,8 +128,8 @@ static int setup(bench_ctx *x) {
   gj_adamw_defaults(&hp);
   if (o->oib) hp.grad_clip = 0;
   rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f);
-  x->st_s = calloc(o->steps, sizeof(double));
-  if (!rc && !x->st_s) rc = GJ_FAIL("out of memory");
+  x->st_s = calloc(o->steps, sizeof(double)), x->rp_s = calloc(o->steps, sizeof(double));
+  if (!rc && (!x->st_s || !x->rp_s)) rc = GJ_FAIL("out of memory");
   return gj_agree(x->g.world, rc);
 }
 
@@ -149,17 +152,17 @@ static int reset_hwm(void) {
   return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-/* A first timing of the GEMM ceiling, after the first step: figures() takes the better of it
- * and a second one after the measured steps (the machine's speed drifts over minutes). Its
+/* A timing of the step's products alone (a best-of-repetitions ceiling, or a replay): its
  * operands would raise the peak RSS, so the peak is noted before it and the mark reset after
- * it; where that cannot be done, no early timing. */
-static void early_ceiling(bench_ctx *x) {
+ * it. Where the mark cannot be reset (the first reset tells), nothing is timed here: -1. */
+static double probe(bench_ctx *x, int replay) {
   double before = rss_hwm();
-  if (before <= 0 || reset_hwm()) return; /* the first reset tells whether it can be done */
-  gj_gemm_recorded_rate(0.3);
+  if (before <= 0 || reset_hwm()) return -1;
+  double r = replay ? gj_gemm_recorded_replay() : gj_gemm_recorded_rate(0.3);
   malloc_trim(0); /* the probe's freed operands leave the heap before the mark is reset */
   reset_hwm();
-  x->rss_early = before;
+  x->rss_probe = GJ_MAX(x->rss_probe, before);
+  return r;
 }
 
 /* warmup + steps training steps; the measured ones' times and breakdown. */
@@ -167,7 +170,7 @@ static int run_steps(bench_ctx *x) {
   const bench_opts *o = &x->o;
   double prof[GJ_PROF_N];
   int rc = 0;
-  x->rss_early = 0;
+  x->rss_probe = 0;
   for (int64_t s = 0; s < o->warmup + o->steps && !rc; s++) {
     int measured = s >= o->warmup;
     memset(prof, 0, sizeof prof);
@@ -180,9 +183,17 @@ static int run_steps(bench_ctx *x) {
     if (!rc) rc = gj_train_step(&x->tr, &in, &out);
     gj_gemm_record(0);
     double t2 = gj_now();
-    if (s == 0 && !rc) early_ceiling(x);
+    /* a first best-of ceiling after the first step (figures() takes the better of it and a
+     * second after the steps: the machine's speed drifts over minutes) */
+    if (s == 0 && !rc) probe(x, 0);
     if (measured && !rc) {
       x->st_s[s - o->warmup] = t2 - t0;
+      /* the same products alone, at once after the step, on every rank together: the step
+       * and its replay see the same moment of a noisy machine */
+      rc = gj_barrier(x->g.world);
+      double rp = rc ? 0 : probe(x, 1);
+      if (!rc) rc = gj_allreduce_max_f64(x->g.world, &rp, 1);
+      x->rp_s[s - o->warmup] = rp;
       for (int k = 0; k < GJ_PROF_N; k++) x->prof[k] += prof[k] / o->steps;
       x->prof[GJ_PROF_N] += out.dp_wait_s / o->steps; /* exposed DP wait */
       x->prof[GJ_PROF_N + 1] += out.optim_s / o->steps; /* optimizer (norm, AdamW, ZeRO gather) */
@@ -194,14 +205,30 @@ static int run_steps(bench_ctx *x) {
 
 /* The figures of the measured steps, shared by the log and the JSON file. */
 typedef struct {
-  double step, tps, flops_rank, rss_max, gemm_flops, gemm_rate, mfu, geff, mean, other;
+  double step, tps, flops_rank, rss_max, gemm_flops, mfu, mean, other;
+  double replay, geff;       /* the median replay (s; 0: none) and of replay / step, pair by pair */
+  double best_rate, geff_best; /* the best-of-repetitions ceiling, and the median step against it */
 } bench_figures;
 
 static const char *const prof_names[] = {"gemm", "attention", "norms_elementwise", "embedding_lmhead_loss",
                                          "tp_collectives", "dp_wait_exposed", "optimizer"};
 
+static double median(double *v, int64_t n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static int figures(bench_ctx *x, bench_figures *f) {
   const bench_opts *o = &x->o;
+  /* the GEMM efficiency, step by step: its products' time alone over its own time */
+  int paired = 1;
+  for (int64_t k = 0; k < o->steps; k++) paired &= x->rp_s[k] > 0;
+  double *ratio = calloc(o->steps, sizeof(double));
+  if (!ratio) return GJ_FAIL("out of memory");
+  for (int64_t k = 0; paired && k < o->steps; k++) ratio[k] = x->rp_s[k] / x->st_s[k];
+  f->geff = paired ? median(ratio, o->steps) : 0;
+  f->replay = paired ? median(x->rp_s, o->steps) : 0;
+  free(ratio);
   qsort(x->st_s, o->steps, sizeof(double), cmp_double);
   f->step = x->st_s[o->steps / 2];
   f->tps = (double)o->B * o->T * x->g.dp_size / f->step;
@@ -209,16 +236,17 @@ static int figures(bench_ctx *x, bench_figures *f) {
   /* peak memory before the GEMM probe allocates its operands */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  f->rss_max = x->rss_early > 0 ? GJ_MAX(x->rss_early, rss_hwm()) : ru.ru_maxrss * 1024.0;
+  f->rss_max = x->rss_probe > 0 ? GJ_MAX(x->rss_probe, rss_hwm()) : ru.ru_maxrss * 1024.0;
   GJ_TRY(gj_allreduce_max_f64(x->g.world, &f->rss_max, 1));
-  f->gemm_flops = gj_gemm_recorded_flops(), f->gemm_rate = gj_gemm_recorded_rate(0.3);
+  f->gemm_flops = gj_gemm_recorded_flops(), f->best_rate = gj_gemm_recorded_rate(0.3);
   /* the peak again, after the steps: the higher of the two (a slow moment at start read
    * half the FMA rate once) */
   const char *how;
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &how);
   if (peak > x->peak) x->peak = peak, x->peak_how = how;
   f->mfu = x->peak > 0 ? f->flops_rank / x->peak : 0;
-  f->geff = f->gemm_rate > 0 ? f->gemm_flops / f->step / f->gemm_rate : 0;
+  f->geff_best = f->best_rate > 0 ? f->gemm_flops / f->step / f->best_rate : 0;
+  if (f->replay <= 0) f->geff = f->geff_best; /* no replays: the peak RSS mark cannot be reset here */
   /* the breakdown is a mean over the measured steps: compare it with the mean step */
   f->mean = 0;
   for (int64_t k = 0; k < o->steps; k++) f->mean += x->st_s[k] / o->steps;
@@ -243,8 +271,15 @@ static void print_figures(const bench_ctx *x, const bench_figures *f) {
   gj_info("  %-24s %8.3f s  %5.1f%%", "other", f->other, 100 * f->other / f->mean);
   gj_info("achieved %.2f GFLOP/s per rank (model FLOPs) | peak %.2f GFLOP/s (%s, %d threads) | MFU %.1f%%",
           f->flops_rank / 1e9, x->peak / 1e9, x->peak_how, omp_get_max_threads(), 100 * f->mfu);
-  gj_info("GEMM: %.3f GFLOP per step at %.2f GFLOP/s of step time | the backend on the step's products alone %.2f GFLOP/s | GEMM efficiency %.1f%%",
-          f->gemm_flops / 1e9, f->gemm_flops / f->step / 1e9, f->gemm_rate / 1e9, 100 * f->geff);
+  gj_info("GEMM: %.3f GFLOP per step at %.2f GFLOP/s of step time", f->gemm_flops / 1e9,
+          f->gemm_flops / f->step / 1e9);
+  if (f->replay > 0)
+    gj_info("GEMM efficiency %.1f%%: the step's products replayed alone right after each step, %.3f s "
+            "(%.2f GFLOP/s), over the step's time (the median of the pairs)",
+            100 * f->geff, f->replay, f->gemm_flops / f->replay / 1e9);
+  gj_info("GEMM efficiency against the best-of-repetitions rate of each product (%.2f GFLOP/s): %.1f%%%s",
+          f->best_rate / 1e9, 100 * f->geff_best,
+          f->replay > 0 ? "" : " (no replays: the peak RSS mark cannot be reset here, so this is the figure)");
   gj_info("peak RSS per rank: %.0f MB (max over ranks)", f->rss_max / 1e6);
 }
 
@@ -265,9 +300,10 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
   for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(fp, "\"%s\": %.6f, ", prof_names[k], x->prof[k]);
   fprintf(fp, "\"other\": %.6f}, \"flops_per_s_per_rank\": %.6g, \"peak_flops_per_s\": %.6g, "
           "\"peak_how\": \"%s\", \"mfu\": %.4f, \"gemm_flops_per_step\": %.6g, "
-          "\"gemm_backend_flops_per_s\": %.6g, \"gemm_eff\": %.4f, \"peak_rss_bytes\": %.0f}\n",
-          f->other, f->flops_rank, x->peak, x->peak_how, f->mfu, f->gemm_flops, f->gemm_rate, f->geff,
-          f->rss_max);
+          "\"gemm_replay_s\": %.6f, \"gemm_eff\": %.4f, \"gemm_best_flops_per_s\": %.6g, "
+          "\"gemm_eff_best\": %.4f, \"peak_rss_bytes\": %.0f}\n",
+          f->other, f->flops_rank, x->peak, x->peak_how, f->mfu, f->gemm_flops, f->replay, f->geff,
+          f->best_rate, f->geff_best, f->rss_max);
   if (fclose(fp)) return gj_outfile_abort(&of), GJ_FAIL("--json %s: write failed", o->json);
   return gj_outfile_commit(&of);
 }

@@ -511,10 +511,15 @@ static void bias_into(float *C, const float *bias, float beta, int64_t M, int64_
 
 /* The door. C16 (with C NULL and beta 0): the product, bias added, rounded to bfloat16 into
  * C16 (row stride ldc) instead of written to C. */
+static uint64_t g_products; /* products run, for gj_gemm_products */
+uint64_t gj_gemm_products(void) { return __atomic_load_n(&g_products, __ATOMIC_RELAXED); }
+
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                  const float *bias, float beta, float *C, gj_bf16 *C16, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
+  if (!C16 || (g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16))
+    __atomic_fetch_add(&g_products, 1, __ATOMIC_RELAXED); /* once: not again for the scratch */
   if (C16 && !(g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16)) {
     /* a backend that writes float: the product densely into scratch, then rounded */
     float *D = scratch_get(&tl_d, (size_t)M * N * sizeof(float));
@@ -811,15 +816,13 @@ static double time_shape(const rec_shape *r, double seconds, const probe_ops *op
   return best / nt;
 }
 
-double gj_gemm_recorded_rate(double seconds_per_shape) {
-  int was = g_record;
-  g_record = 0;
+/* Per thread the operands of the largest recorded shape it runs, filled (NULL: out of memory,
+ * or nothing recorded). */
+static probe_ops *probe_alloc(void) {
   const int nt = omp_get_max_threads();
-  /* per thread: the floats of the largest shape's operands, and of its bf16 copies */
   size_t (*need)[2] = calloc((size_t)nt, sizeof *need);
   probe_ops *ops = calloc((size_t)nt, sizeof *ops);
-  double flops = 0, time = 0;
-  if (!need || !ops) goto out;
+  if (!need || !ops) return free(need), free(ops), NULL;
   for (int i = 0; i < g_rec_n; i++) {
     const rec_shape *r = &g_rec[i];
     size_t na, nb, nc;
@@ -833,7 +836,21 @@ double gj_gemm_recorded_rate(double seconds_per_shape) {
     if (need[t][0]) ops[t].f = fill_buf(need[t][0]);
     if (need[t][1]) ops[t].h = malloc(need[t][1] * sizeof(gj_bf16) + 64);
   }
-  for (int i = 0; i < g_rec_n; i++) {
+  free(need);
+  return ops;
+}
+
+static void probe_free(probe_ops *ops) {
+  for (int t = 0; ops && t < omp_get_max_threads(); t++) free(ops[t].f), free(ops[t].h);
+  free(ops);
+}
+
+double gj_gemm_recorded_rate(double seconds_per_shape) {
+  int was = g_record;
+  g_record = 0;
+  double flops = 0, time = 0;
+  probe_ops *ops = probe_alloc();
+  for (int i = 0; ops && i < g_rec_n; i++) {
     rec_shape *r = &g_rec[i];
     double f = 2.0 * r->M * r->N * r->K * r->count;
     /* small shapes get less time: their share of the step is small too */
@@ -843,11 +860,52 @@ double gj_gemm_recorded_rate(double seconds_per_shape) {
     r->best = t;
     flops += f, time += t * r->count;
   }
-out:
-  for (int t = 0; ops && t < nt; t++) free(ops[t].f), free(ops[t].h);
-  free(ops), free(need);
+  probe_free(ops);
   g_record = was;
   return time > 0 ? flops / time : 0;
+}
+
+/* The count products of shape r, as the step ran them: one after another (each threaded by the
+ * backend), or, for a shape recorded inside a parallel region, shared out over the threads,
+ * each running its part on its own operands. Seconds, the operands' bf16 copies made before
+ * the clock starts; 0 if an operand is missing. */
+static double replay_shape(const rec_shape *r, const probe_ops *ops) {
+  size_t na, nb, nc;
+  shape_sizes(r, &na, &nb, &nc);
+  const int nt = r->par ? omp_get_max_threads() : 1;
+  const int64_t count = (int64_t)r->count;
+  for (int t = 0; t < nt; t++) {
+    const probe_ops *o = &ops[t];
+    if (!o->f || ((r->a16 || r->b16) && !o->h)) return 0;
+    if (r->a16) gj_bf16_round(o->h, o->f, na);
+    if (r->b16) gj_bf16_round(o->h + (r->a16 ? na : 0), o->f + na, nb);
+  }
+  /* one product on thread t's operands (a bf16 C written over the float one's first half) */
+#define REPLAY_ONE(t)                                                                                        do {                                                                                                         const probe_ops *o = &ops[t];                                                                              float *A = o->f, *B = A + na, *C = B + nb;                                                                 gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, r->a16 ? o->h : NULL, r->lda, B,                              r->b16 ? o->h + (r->a16 ? na : 0) : NULL, r->ldb, r->bias ? C + (size_t)r->M * r->ldc : NULL,              r->beta, r->c16 ? NULL : C, r->c16 ? (gj_bf16 *)C : NULL, r->ldc);                                  } while (0)
+  double t0 = gj_now();
+  if (!r->par) {
+    for (int64_t k = 0; k < count; k++) REPLAY_ONE(0); /* the backend threads each product */
+  } else {
+#pragma omp parallel num_threads(nt)
+    for (int64_t k = omp_get_thread_num(); k < count; k += nt) REPLAY_ONE(omp_get_thread_num());
+  }
+#undef REPLAY_ONE
+  return gj_now() - t0;
+}
+
+double gj_gemm_recorded_replay(void) {
+  int was = g_record;
+  g_record = 0;
+  double time = 0;
+  probe_ops *ops = probe_alloc();
+  for (int i = 0; ops && i < g_rec_n && time >= 0; i++) {
+    double t = replay_shape(&g_rec[i], ops);
+    time = t > 0 ? time + t : -1; /* an operand missing: no figure */
+  }
+  if (!ops) time = 0;
+  probe_free(ops);
+  g_record = was;
+  return time > 0 ? time : 0;
 }
 
 void gj_gemm_recorded_print(void) {

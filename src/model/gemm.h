@@ -110,6 +110,13 @@ void gj_gemm_record_reset(void);
 double gj_gemm_recorded_flops(void); /* FLOPs recorded since the reset */
 int gj_gemm_recorded_shapes(void);    /* distinct shapes recorded since the reset */
 double gj_gemm_recorded_rate(double seconds_per_shape);
+/* The recorded products replayed once alone, each shape as many times as the step ran it (a
+ * shape recorded inside a parallel region shared out over the threads, as there): seconds, 0
+ * if it could not be done (out of memory). Its operands are allocated and filled before the
+ * clock starts, and freed after; the same in every process of a job, no communication. */
+double gj_gemm_recorded_replay(void);
+/* The number of products run through the doors so far (recorded or not, replays included). */
+uint64_t gj_gemm_products(void);
 /* Each recorded shape with its count and its best time from gj_gemm_recorded_rate (log lines). */
 void gj_gemm_recorded_print(void);
 
