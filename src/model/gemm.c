@@ -771,46 +771,64 @@ static float *fill_buf(size_t n) {
   return p;
 }
 
+/* Thread t's operands for shape r ready (bf16 copies of the operands that came with one, as
+ * the door read): 0, or -1 if one is missing. */
+static int probe_ready(const rec_shape *r, const probe_ops *ops, int nt, size_t na, size_t nb) {
+  for (int t = 0; t < nt; t++) {
+    const probe_ops *o = &ops[t];
+    if (!o->f || ((r->a16 || r->b16) && !o->h)) return -1;
+    if (r->a16) gj_bf16_round(o->h, o->f, na);
+    if (r->b16) gj_bf16_round(o->h + (r->a16 ? na : 0), o->f + na, nb);
+  }
+  return 0;
+}
+
+/* One product of shape r on operands o (a bf16 C written over the float one's first half). */
+static void probe_one(const rec_shape *r, const probe_ops *o, size_t na, size_t nb) {
+  float *A = o->f, *B = A + na, *C = B + nb;
+  gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, r->a16 ? o->h : NULL, r->lda, B,
+       r->b16 ? o->h + (r->a16 ? na : 0) : NULL, r->ldb, r->bias ? C + (size_t)r->M * r->ldc : NULL,
+       r->beta, r->c16 ? NULL : C, r->c16 ? (gj_bf16 *)C : NULL, r->ldc);
+}
+
 /* Seconds per product of shape r at the current backend (best of repetitions after a
  * warm-up, at least two, as many as fit in `seconds`: one run of a product of microseconds
  * is no ceiling). A shape recorded inside a parallel region runs on every thread at once, as
- * in the step; the repetition count is decided by one thread for all. 0 if an operand is
- * missing. */
+ * in the step, in one region (the repetition count decided by one thread for all); any other
+ * outside any region, as in the step (the backend threads it). 0 if an operand is missing. */
 static double time_shape(const rec_shape *r, double seconds, const probe_ops *ops) {
   size_t na, nb, nc;
   shape_sizes(r, &na, &nb, &nc);
-  int nt = r->par ? omp_get_max_threads() : 1;
-  for (int t = 0; t < nt; t++)
-    if (!ops[t].f || ((r->a16 || r->b16) && !ops[t].h)) return 0;
+  const int nt = r->par ? omp_get_max_threads() : 1;
+  if (probe_ready(r, ops, nt, na, nb)) return 0;
   double best = 1e30, spent = 0, t0 = 0;
+  if (!r->par) {
+    for (int rep = 0; rep < 1000 && (rep < 3 || spent < seconds); rep++) {
+      t0 = gj_now();
+      probe_one(r, &ops[0], na, nb);
+      double dt = gj_now() - t0;
+      spent += dt;
+      if (rep > 0 && dt < best) best = dt;
+    }
+    return best;
+  }
   int go = 1;
 #pragma omp parallel num_threads(nt)
-  {
-    const probe_ops *o = &ops[omp_get_thread_num()];
-    float *A = o->f, *B = A + na, *C = B + nb;
-    /* an operand that came with its bf16 copy is given one here too: what the door read */
-    gj_bf16 *A16 = r->a16 ? o->h : NULL, *B16 = r->b16 ? o->h + (r->a16 ? na : 0) : NULL;
-    if (A16) gj_bf16_round(A16, A, na);
-    if (B16) gj_bf16_round(B16, B, nb);
-    for (int rep = 0;; rep++) {
+  for (int rep = 0;; rep++) {
 #pragma omp barrier
 #pragma omp single
-      {
-        go = rep < 1000 && (rep < 3 || spent < seconds);
-        t0 = gj_now();
-      }
-      if (!go) break;
-      /* a bf16 C is written over the float one's first half */
-      gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, A16, r->lda, B, B16, r->ldb,
-           r->bias ? C + (size_t)r->M * r->ldc : NULL, r->beta, r->c16 ? NULL : C,
-           r->c16 ? (gj_bf16 *)C : NULL, r->ldc);
+    {
+      go = rep < 1000 && (rep < 3 || spent < seconds);
+      t0 = gj_now();
+    }
+    if (!go) break;
+    probe_one(r, &ops[omp_get_thread_num()], na, nb);
 #pragma omp barrier
 #pragma omp single
-      {
-        double dt = gj_now() - t0;
-        spent += dt;
-        if (rep > 0 && dt < best) best = dt;
-      }
+    {
+      double dt = gj_now() - t0;
+      spent += dt;
+      if (rep > 0 && dt < best) best = dt;
     }
   }
   return best / nt;
@@ -874,22 +892,14 @@ static double replay_shape(const rec_shape *r, const probe_ops *ops) {
   shape_sizes(r, &na, &nb, &nc);
   const int nt = r->par ? omp_get_max_threads() : 1;
   const int64_t count = (int64_t)r->count;
-  for (int t = 0; t < nt; t++) {
-    const probe_ops *o = &ops[t];
-    if (!o->f || ((r->a16 || r->b16) && !o->h)) return 0;
-    if (r->a16) gj_bf16_round(o->h, o->f, na);
-    if (r->b16) gj_bf16_round(o->h + (r->a16 ? na : 0), o->f + na, nb);
-  }
-  /* one product on thread t's operands (a bf16 C written over the float one's first half) */
-#define REPLAY_ONE(t)                                                                                        do {                                                                                                         const probe_ops *o = &ops[t];                                                                              float *A = o->f, *B = A + na, *C = B + nb;                                                                 gemm(r->ta, r->tb, r->M, r->N, r->K, r->alpha, A, r->a16 ? o->h : NULL, r->lda, B,                              r->b16 ? o->h + (r->a16 ? na : 0) : NULL, r->ldb, r->bias ? C + (size_t)r->M * r->ldc : NULL,              r->beta, r->c16 ? NULL : C, r->c16 ? (gj_bf16 *)C : NULL, r->ldc);                                  } while (0)
+  if (probe_ready(r, ops, nt, na, nb)) return 0;
   double t0 = gj_now();
   if (!r->par) {
-    for (int64_t k = 0; k < count; k++) REPLAY_ONE(0); /* the backend threads each product */
+    for (int64_t k = 0; k < count; k++) probe_one(r, &ops[0], na, nb);
   } else {
 #pragma omp parallel num_threads(nt)
-    for (int64_t k = omp_get_thread_num(); k < count; k += nt) REPLAY_ONE(omp_get_thread_num());
+    for (int64_t k = omp_get_thread_num(); k < count; k += nt) probe_one(r, &ops[omp_get_thread_num()], na, nb);
   }
-#undef REPLAY_ONE
   return gj_now() - t0;
 }
 
