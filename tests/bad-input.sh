@@ -506,12 +506,13 @@ fault() { # name, then a condition that must hold
 }
 no_tmp() { ! compgen -G "$1/*.tmp*" >/dev/null && ! compgen -G "$1/.gptj.*" >/dev/null; }
 # Start "$@" with the default signal dispositions (job control: a background job of a script
-# would ignore SIGINT), wait until the temporary matching $pat exists (the write is under way),
-# send $sig, and set krc to the exit status.
+# would ignore SIGINT; env: a harness started under nohup ignores SIGHUP, and the shell cannot
+# undo that), wait until the temporary matching $pat exists (the write is under way), send $sig,
+# and set krc to the exit status.
 kill_while_writing() {
   local sig=$1 pat=$2; shift 2
   set -m
-  "$@" >/dev/null 2>&1 &
+  env --default-signal=HUP,INT,TERM,PIPE "$@" >/dev/null 2>&1 &
   local p=$! k
   set +m
   for ((k = 0; k < 3000; k++)); do

@@ -351,6 +351,11 @@ START_TEST(test_start_checks) {
 END_TEST
 
 int main(void) {
+  /* The signals these cases send take their default action in the processes they start (gptj
+   * keeps an ignored signal ignored, as a program under nohup should): a harness run under
+   * nohup ignores SIGHUP, and a stop signal would then never arrive. */
+  const int stops[] = {SIGHUP, SIGTERM, SIGUSR1, SIGINT};
+  for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) signal(stops[i], SIG_DFL);
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "faults")) return 1;
   Suite *s = suite_create("faults");
   /* "long": whole-process behaviour (locks between processes, signals at start-up, a memory
