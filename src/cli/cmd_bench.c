@@ -229,8 +229,7 @@ static int figures(bench_ctx *x, bench_figures *f) {
   f->geff = paired ? median(ratio, o->steps) : 0;
   f->replay = paired ? median(x->rp_s, o->steps) : 0;
   free(ratio);
-  qsort(x->st_s, o->steps, sizeof(double), cmp_double);
-  f->step = x->st_s[o->steps / 2];
+  f->step = median(x->st_s, o->steps); /* sorted: the min and max are at the ends */
   f->tps = (double)o->B * o->T * x->g.dp_size / f->step;
   f->flops_rank = gj_flops_per_token(&x->c, o->T) * f->tps / x->g.size;
   /* peak memory before the GEMM probe allocates its operands */
