@@ -509,24 +509,23 @@ static void bias_into(float *C, const float *bias, float beta, int64_t M, int64_
   }
 }
 
-/* The door. C16 (with C NULL and beta 0): the product, bias added, rounded to bfloat16 into
- * C16 (row stride ldc) instead of written to C. */
 static uint64_t g_products; /* products run, for gj_gemm_products */
 uint64_t gj_gemm_products(void) { return __atomic_load_n(&g_products, __ATOMIC_RELAXED); }
 
+/* The door. C16 (with C NULL and beta 0): the product, bias added, rounded to bfloat16 into
+ * C16 (row stride ldc) instead of written to C. */
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh, int64_t ldb,
                  const float *bias, float beta, float *C, gj_bf16 *C16, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (!C16 || (g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16))
-    __atomic_fetch_add(&g_products, 1, __ATOMIC_RELAXED); /* once: not again for the scratch */
   if (C16 && !(g_backend == GJ_GEMM_ONEDNN && g_prec == GJ_PREC_BF16)) {
-    /* a backend that writes float: the product densely into scratch, then rounded */
+    /* a backend that writes float: the product densely into scratch (counted there), then rounded */
     float *D = scratch_get(&tl_d, (size_t)M * N * sizeof(float));
     gemm(ta, tb, M, N, K, alpha, A, Ah, lda, B, Bh, ldb, bias, 0.0f, D, NULL, N);
     round_rows_to(C16, ldc, D, M, N, N);
     return;
   }
+  __atomic_fetch_add(&g_products, 1, __ATOMIC_RELAXED);
   if (K <= 0) {
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) {
@@ -908,14 +907,14 @@ double gj_gemm_recorded_replay(void) {
   g_record = 0;
   double time = 0;
   probe_ops *ops = probe_alloc();
-  for (int i = 0; ops && i < g_rec_n && time >= 0; i++) {
+  int ok = ops != NULL;
+  for (int i = 0; ok && i < g_rec_n; i++) {
     double t = replay_shape(&g_rec[i], ops);
-    time = t > 0 ? time + t : -1; /* an operand missing: no figure */
+    ok = t > 0, time += t; /* an operand missing: no figure */
   }
-  if (!ops) time = 0;
   probe_free(ops);
   g_record = was;
-  return time > 0 ? time : 0;
+  return ok ? time : 0;
 }
 
 void gj_gemm_recorded_print(void) {

@@ -6,6 +6,12 @@
 #include "common.h"
 #include "model/embedding.h"
 
+size_t gj_rowgrad_bytes(int64_t V, int64_t D, int64_t cap) {
+  cap = GJ_MIN(cap, V);
+  return (size_t)cap * (size_t)D * sizeof(float) + (size_t)cap * sizeof(int32_t) +
+         (size_t)V * (sizeof(int32_t) + 1) + (size_t)D * sizeof(float);
+}
+
 int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap) {
   memset(r, 0, sizeof *r);
   if (V < 1 || D < 1 || cap < 1 || V > INT32_MAX)
@@ -17,15 +23,15 @@ int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap) {
   r->slot = malloc((size_t)V * sizeof(int32_t));
   r->mask = malloc((size_t)V);
   r->zero = calloc((size_t)D, sizeof(float));
-  r->bytes = (size_t)cap * (size_t)D * sizeof(float);
-  if (posix_memalign((void **)&r->g, 64, r->bytes)) r->g = NULL;
-  else memset(r->g, 0, r->bytes); /* touched once here: never a first-touch fault in a step */
+  const size_t gbytes = (size_t)cap * (size_t)D * sizeof(float);
+  if (posix_memalign((void **)&r->g, 64, gbytes)) r->g = NULL;
+  else memset(r->g, 0, gbytes); /* touched once here: never a first-touch fault in a step */
   if (!r->row || !r->slot || !r->mask || !r->zero || !r->g) {
     gj_rowgrad_free(r);
     return GJ_FAIL("out of memory for %lld embedding gradient rows of %lld floats", (long long)cap,
                    (long long)D);
   }
-  r->bytes += (size_t)cap * sizeof(int32_t) + (size_t)V * (sizeof(int32_t) + 1) + (size_t)D * sizeof(float);
+  r->bytes = gj_rowgrad_bytes(V, D, cap);
   for (int64_t i = 0; i < V; i++) r->slot[i] = -1;
   return 0;
 }

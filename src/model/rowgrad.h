@@ -27,6 +27,9 @@ typedef struct {
 } gj_rowgrad;
 
 int gj_rowgrad_create(gj_rowgrad *r, int64_t V, int64_t D, int64_t cap);
+/* The bytes gj_rowgrad_create allocates for (V, D, cap): the rows, their ids, the slot map, the
+ * mask and a zero row. */
+size_t gj_rowgrad_bytes(int64_t V, int64_t D, int64_t cap);
 void gj_rowgrad_free(gj_rowgrad *r);
 /* No rows held (the gradient is zero). */
 void gj_rowgrad_clear(gj_rowgrad *r);

@@ -130,19 +130,13 @@ int gj_state_create_weights16(gj_state *s, const gj_config *c, const gj_grid *g)
   return 0;
 }
 
-/* The bytes of rows for V rows of D floats, room for cap (gj_rowgrad_create). */
-static size_t rows_bytes(int64_t V, int64_t D, int64_t cap) {
-  return (size_t)cap * (size_t)D * sizeof(float) + (size_t)cap * sizeof(int32_t) + (size_t)V * 5 +
-         (size_t)D * sizeof(float);
-}
-
 /* The embedding's rows and their capacity for (layout, tokens); 0: rows would not be smaller
  * than the dense tensor (a step's tokens reach nearly every row of the shard). */
 static int rows_shape(const gj_layout *l, const gj_config *c, int64_t tokens, int64_t *V,
                       int64_t *cap) {
   *V = (int64_t)(l->t[0].numel / (size_t)c->n_embd);
   *cap = GJ_MAX(GJ_MIN(tokens, *V), 1);
-  return rows_bytes(*V, c->n_embd, *cap) < l->t[0].numel * sizeof(float);
+  return gj_rowgrad_bytes(*V, c->n_embd, *cap) < l->t[0].numel * sizeof(float);
 }
 
 int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_accum,
@@ -156,7 +150,7 @@ int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_
     gj_layout_free(&l);
     return 0;
   }
-  *grads = *grads - l.t[0].numel * sizeof(float) + rows_bytes(V, c->n_embd, cap);
+  *grads = *grads - l.t[0].numel * sizeof(float) + gj_rowgrad_bytes(V, c->n_embd, cap);
   gj_layout_free(&l);
   return 0;
 }
