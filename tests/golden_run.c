@@ -1,11 +1,14 @@
-/* golden-run [--tp N] [--recompute] [--precision fp32|bf16] [--gemm B] [--weights CKPT.h5] IN.h5 OUT.h5
+/* golden-run [--tp N] [--recompute] [--late-head] [--precision fp32|bf16] [--gemm B] [--weights CKPT.h5]
+ *            IN.h5 OUT.h5
  *
  * Reads a file of the golden layout (../shared/golden/README.md), takes every size from its
  * attributes, computes forward, gradients, greedy generation and AdamW steps with the library
  * (float32, or bf16 GEMM operands), and writes the results under the same dataset paths. The
  * forward and gradients run the whole-logits path (gj_model_forward, gj_model_backward); the
  * AdamW steps run the training path (gj_model_forward_backward on a training model, whose
- * vocabulary head goes by blocks) through the trainer's step (src/train/step.c). Runs as a plain process or under mpirun with --tp N. */
+ * vocabulary head goes by blocks) through the trainer's step (src/train/step.c); --late-head:
+ * with the head's weight gradient written late (gj_model's late_head). Runs as a plain process
+ * or under mpirun with --tp N. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -37,7 +40,7 @@ static int copy_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 }
 
 static int run(int argc, char **argv, gj_grid *g) {
-  int tp = 1, recompute = 0;
+  int tp = 1, recompute = 0, late = 0;
   const char *in = NULL, *out = NULL, *weights = NULL, *prec = "fp32", *gemm = "auto";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tp")) {
@@ -53,19 +56,21 @@ static int run(int argc, char **argv, gj_grid *g) {
       *(argv[i][2] == 'p' ? &prec : &gemm) = argv[i + 1], i++;
     } else if (!strcmp(argv[i], "--recompute")) {
       recompute = 1;
+    } else if (!strcmp(argv[i], "--late-head")) {
+      late = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5");
+      return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--late-head] [--weights CKPT.h5] IN.h5 OUT.h5");
     } else if (argv[i][0] == '-') {
-      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5)", argv[i]);
+      return GJ_FAIL("unknown option '%s' (usage: golden-run [--tp N] [--recompute] [--late-head] [--weights CKPT.h5] IN.h5 OUT.h5)", argv[i]);
     } else if (!in) {
       in = argv[i];
     } else if (!out) {
       out = argv[i];
     } else {
-      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5)");
+      return GJ_FAIL("too many arguments (usage: golden-run [--tp N] [--recompute] [--late-head] [--weights CKPT.h5] IN.h5 OUT.h5)");
     }
   }
-  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--weights CKPT.h5] IN.h5 OUT.h5");
+  if (!in || !out) return GJ_FAIL("usage: golden-run [--tp N] [--recompute] [--late-head] [--weights CKPT.h5] IN.h5 OUT.h5");
   GJ_TRY(gj_grid_init(g, tp));
   if (g->dp_size != 1)
     return GJ_FAIL("golden-run runs one model replica: start it on --tp ranks (got %d ranks, --tp %d)",
@@ -199,7 +204,8 @@ static int run(int argc, char **argv, gj_grid *g) {
 
   /* the training path: a training network over the same state, stepped by the trainer */
   gj_model mt;
-  GJ_TRY(gj_model_create(&mt, &st, g, B, T, recompute, 1));
+  GJ_TRY(gj_model_create(&mt, &st, g, B, T, recompute, late ? GJ_TRAIN_LATE : GJ_TRAIN));
+  if (mt.late_head != late) return GJ_FAIL("internal: late head %d, asked %d", mt.late_head, late);
   gj_model_free(&m);
   gj_trainer tr;
   GJ_TRY(gj_trainer_init(&tr, &st, &mt, g, &hp, 0.0f));

@@ -52,12 +52,13 @@ static int run_cmd(const char *cmd) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static void check_golden_prec(const char *ref_path, int tp, int recompute, int bf16) {
+static void check_golden_late(const char *ref_path, int tp, int recompute, int bf16, int late) {
   char out[1200], cmd[4096];
-  const char *rc_flag = recompute ? "--recompute" : "", *prec = bf16 ? tu_bf16() : "";
+  const char *rc_flag = recompute ? (late ? "--recompute --late-head" : "--recompute") : late ? "--late-head" : "";
+  const char *prec = bf16 ? tu_bf16() : "";
   const double U = 1.0 / 512, fwd_tol = bf16 ? 4 * U : 1e-5, bwd_tol = bf16 ? 8 * U : 1e-4;
-  snprintf(out, sizeof out, "%s/tests/golden-out-tp%d%s%s.h5", builddir, tp, recompute ? "-rc" : "",
-           bf16 ? "-bf16" : "");
+  snprintf(out, sizeof out, "%s/tests/golden-out-tp%d%s%s%s.h5", builddir, tp, recompute ? "-rc" : "",
+           bf16 ? "-bf16" : "", late ? "-late" : "");
   if (tp == 1)
     snprintf(cmd, sizeof cmd, "%s/tests/golden-run %s %s %s %s", builddir, rc_flag, prec, ref_path, out);
   else
@@ -120,7 +121,8 @@ static void check_golden_prec(const char *ref_path, int tp, int recompute, int b
     if (!bf16) ck_assert_int_eq((int)gc[i], (int)gr[i]);
     same += gc[i] == gr[i];
   }
-  printf("golden %s tp %d%s%s: max rel", ref_path, tp, recompute ? " recompute" : "", bf16 ? " bf16" : "");
+  printf("golden %s tp %d%s%s%s: max rel", ref_path, tp, recompute ? " recompute" : "", bf16 ? " bf16" : "",
+         late ? " late head" : "");
   for (int g = 0; g < 5; g++) printf(" %s %.2e;", group[g], worst[g]);
   if (bf16) printf(" (%.1fu, %.1fu, %.1fu, %.1fu, %.1fu); greedy ids %zu/%zu equal\n", worst[0] / U,
                    worst[1] / U, worst[2] / U, worst[3] / U, worst[4] / U, same, nc);
@@ -128,6 +130,10 @@ static void check_golden_prec(const char *ref_path, int tp, int recompute, int b
   free(gc), free(gr);
   gj_layout_free(&lay);
   H5Fclose(r), H5Fclose(c);
+}
+
+static void check_golden_prec(const char *ref_path, int tp, int recompute, int bf16) {
+  check_golden_late(ref_path, tp, recompute, bf16, 0);
 }
 
 static void check_golden(const char *ref_path, int tp, int recompute) {
@@ -151,6 +157,14 @@ START_TEST(test_golden_bf16) {
   check_golden_prec(golden, 1, 0, 1);
   check_golden_prec(golden, 2, 0, 1);
   check_golden_prec(golden, 1, 1, 1);
+}
+END_TEST
+
+/* The AdamW steps with the head's weight gradient written late, at the same bounds. */
+START_TEST(test_golden_late_head) {
+  check_golden_late(golden, 1, 0, 0, 1);
+  check_golden_late(golden, 2, 1, 0, 1);
+  check_golden_late(golden, 1, 0, 1, 1);
 }
 END_TEST
 
@@ -240,6 +254,7 @@ int main(void) {
   tcase_add_test(tc, test_golden_tp4);
   tcase_add_test(tc, test_golden_recompute);
   tcase_add_test(tc, test_golden_bf16);
+  tcase_add_test(tc, test_golden_late_head);
   tcase_add_test(tc, test_bad_inputs);
   suite_add_tcase(s, tc);
   return tu_run(s);

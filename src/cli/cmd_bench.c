@@ -111,17 +111,18 @@ static int setup(bench_ctx *x) {
   GJ_TRY(gj_cli_gemm_setup(o->gemm, o->prec, x->g.world));
   x->peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &x->peak_how);
   gj_mem_sizes ms;
-  GJ_TRY(gj_model_sizes(&ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1, o->B,
-                        o->T, omp_get_max_threads()));
+  /* one micro-batch a step: without the optimizer in backward the head's gradient may be late */
+  const int mode = o->oib ? GJ_TRAIN : GJ_TRAIN_ONE;
+  GJ_TRY(gj_model_sizes(&ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, mode,
+                        o->B, o->T, omp_get_max_threads()));
   const int64_t tokens = o->B * o->T * x->g.dp_size;
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, 1, tokens, &ms.grads));
   GJ_TRY(gj_mem_check(x->g.world, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16,
                       "parameters, gradients, AdamW, activations and bf16 copies",
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
   int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, 1)
-                  : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
-  if (!rc && !o->oib) rc = gj_state_embedding_rows(&x->st, tokens);
-  if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->B, o->T, (int)o->recompute, 1);
+                  : gj_state_create_rows(&x->st, &x->c, &x->g, (int)o->zero, tokens);
+  if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->B, o->T, (int)o->recompute, mode);
   GJ_AGREE(x->g.world, rc);
   gj_params_init(&x->st.lay, &x->c, x->st.params, 1);
   gj_adamw_hp hp;

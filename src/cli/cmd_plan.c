@@ -79,7 +79,8 @@ int gj_cmd_plan(int argc, char **argv) {
                    "per step, more than 2^62", (long long)B, (long long)T, (long long)A, (long long)dp, tokens);
   GJ_TRY(gj_oib_check(oib, 0, zero));
   gj_mem_sizes ms;
-  GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, 1, B, T, (int)threads));
+  const int mode = !oib && A == 1 ? GJ_TRAIN_ONE : GJ_TRAIN; /* as train's */
+  GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
   GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
   /* DP staging: a bucket and a rank's piece of one */
   double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 * (1.0 + 1.0 / dp) : 0;
@@ -116,6 +117,9 @@ int gj_cmd_plan(int argc, char **argv) {
   double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
   double t_dp_exposed = dp > 1 ? GJ_MAX(t_dp - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
   if (oib && dp > 1) t_dp_exposed = t_dp; /* each part's reduction waited for before its update */
+  /* a late head gradient is final after the rest of backward: its reduction is exposed */
+  if (ms.late_head && dp > 1)
+    t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s\n",
@@ -127,7 +131,10 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("  parameters        %12.3f GB\n", ms.params / 1e9);
   printf("  gradients         %12.3f GB\n", ms.grads / 1e9);
   printf("  AdamW moments     %12.3f GB\n", ms.moments / 1e9);
-  printf("  activations       %12.3f GB\n", ms.acts / 1e9);
+  printf("  activations       %12.3f GB", ms.acts / 1e9);
+  if (ms.late_head) /* gj_model's late_head */
+    printf(" (and %.3f GB in the vocabulary head's gradient, written after backward)", ms.acts_in_grads / 1e9);
+  printf("\n");
   printf("  comm buffers      %12.3f GB\n", comm_buf / 1e9);
   printf("  total             %12.3f GB   of %.3f GB available per rank: %s\n", total / 1e9,
          avail / 1e9, total <= avail ? "fits" : "DOES NOT FIT");

@@ -298,7 +298,9 @@ static int setup_data(train_ctx *x) {
 static int setup_model(train_ctx *x) {
   const train_opts *o = &x->o;
   gj_mem_sizes *ms = &x->ms;
-  GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, 1,
+  /* one micro-batch a step over a gradient block: the head's gradient may be written late */
+  const int mode = !o->oib && o->grad_accum == 1 ? GJ_TRAIN_ONE : GJ_TRAIN;
+  GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, mode,
                         o->micro_batch, o->seq_len, omp_get_max_threads()));
   /* a step's tokens on all DP ranks, saturated (the flags' product can exceed int64) */
   double tk = (double)o->micro_batch * (double)o->seq_len * (double)o->grad_accum * x->g.dp_size;
@@ -317,9 +319,8 @@ static int setup_model(train_ctx *x) {
     gj_warn("%d ranks x %d threads on %ld cores of this node: oversubscribed, which is slow; "
             "set OMP_NUM_THREADS (threads per rank)", local, omp_get_max_threads(), cores);
   int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, o->grad_accum == 1)
-                  : gj_state_create(&x->st, &x->c, &x->g, (int)o->zero);
-  if (!rc && !o->oib) rc = gj_state_embedding_rows(&x->st, tokens);
-  if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->micro_batch, o->seq_len, (int)o->recompute, 1);
+                  : gj_state_create_rows(&x->st, &x->c, &x->g, (int)o->zero, tokens);
+  if (!rc) rc = gj_model_create(&x->m, &x->st, &x->g, o->micro_batch, o->seq_len, (int)o->recompute, mode);
   GJ_AGREE(x->g.world, rc);
   gj_params_init(&x->st.lay, &x->c, x->st.params, (uint64_t)o->seed);
   return 0;
@@ -405,14 +406,18 @@ static double print_summary(const train_ctx *x) {
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size, x->g.dp_size, x->g.tp_size);
+  char late_note[128];
+  snprintf(late_note, sizeof late_note, " (and %.1f MB in the vocabulary head's gradient, written "
+           "after backward)", x->ms.acts_in_grads / 1e6);
   if (x->st.gslot) /* the optimizer in backward, one micro-batch a step */
     gj_info("memory per rank: parameters+AdamW %.1f MB, gradients %.1f MB (one part at a time: the "
             "optimizer in backward), activations %.1f MB, bf16 weight copies %.1f MB",
             (x->st.bytes - x->st.gslot_n * sizeof(float)) / 1e6, x->st.gslot_n * sizeof(float) / 1e6,
             x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
   else
-    gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB, bf16 weight copies %.1f MB",
-            x->st.bytes / 1e6, x->m.act_bytes / 1e6, x->ms.w16 / 1e6);
+    gj_info("memory per rank: parameters+gradients+AdamW %.1f MB, activations %.1f MB%s, bf16 weight "
+            "copies %.1f MB", x->st.bytes / 1e6, x->m.act_bytes / 1e6, x->m.late_head ? late_note : "",
+            x->ms.w16 / 1e6);
   int64_t G = x->o.micro_batch * x->o.grad_accum * x->g.dp_size, T = x->o.seq_len;
   gj_info("data: %s, %llu tokens, %llu windows of %lld; global batch %lld sequences = %lld tokens",
           x->o.data, (unsigned long long)x->train.n_tokens, (unsigned long long)x->loader.n_windows,

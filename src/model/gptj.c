@@ -35,9 +35,16 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
   return dst;
 }
 
-/* The activation arena's buffers, in order, with their sizes in floats. */
-#define GJ_ACT_ITEMS 38
-typedef struct { float **p; size_t n; } act_item;
+/* The activation arena's buffers, in order, with their sizes in floats. pin: never in the
+ * head gradient's memory (a late head gradient, act_place): read by the late product or kept
+ * across steps; glue: right after the previous buffer (dq .. dact hold the head's bf16 copy). */
+#define GJ_ACT_ITEMS 40
+enum { DQ = 6 }; /* the index of dq, the first of the run dq .. dact */
+typedef struct {
+  float **p;
+  size_t n;
+  unsigned char pin, glue;
+} act_item;
 
 /* Saturating size arithmetic for the activation sizes: a product that overflows becomes
  * SIZE_MAX, far above GJ_ACT_MAX_FLOATS, so act_total refuses it and no wrapped size ever
@@ -58,7 +65,7 @@ static size_t shalf(size_t a) { return a / 2 + (a & 1); } /* ceil(a / 2) without
 #define GJ_ACT_MAX_FLOATS ((size_t)1 << 58)
 
 static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int recompute,
-                     int training, int64_t Bmax, int64_t Tmax, int nthreads) {
+                     int training, int late, int64_t Bmax, int64_t Tmax, int nthreads) {
   /* the config is valid (each factor bounded), Bmax, Tmax >= 1 and Tmax <= n_positions
    * (check_shape): only products with the batch can overflow, and those saturate */
   size_t L = (size_t)c->n_layer, D = (size_t)c->n_embd, N = smul((size_t)Bmax, (size_t)Tmax);
@@ -72,12 +79,14 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   int dec = recompute == GJ_DECODE, fwd = recompute == GJ_FORWARD, nograd = dec || fwd;
   size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
   size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)(c->vocab_size / tp);
-  /* a training model keeps the logits of one block of rows of the vocabulary head only */
-  size_t Nlg = dec ? 1 : training || fwd ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
+  int bf = gj_gemm_precision() == GJ_PREC_BF16;
+  /* a training model keeps the logits of one block of rows of the vocabulary head only; with
+   * a late head gradient (gj_model's late_head) in float32 the d logits of every row, which
+   * the late product reads (in bf16 their bf16 copies: dlg16) */
+  size_t Nlg = dec ? 1 : (training || fwd) && !(late && !bf) ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
   /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
    * one more gradient operand (d act, d q/k/v or a block of d logits) */
-  int bf = gj_gemm_precision() == GJ_PREC_BF16;
-  size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
+  size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), late ? 0 : smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
   /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only, the ln_1
    * output not at all (see lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
@@ -100,25 +109,35 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
   size_t q16 = kv16 ? NDl : fwd ? smul(3, NDl) : smul(3 * Lq16 + 1, NDl);
   /* rotary tables for the positions a forward can reach: [Tmax, R/2] */
   size_t rot = sadd(smul((size_t)Tmax, R / 2), 1);
+  /* bf16 training: the ln_f output's bf16 copy, read by every product of the head */
+  int xf16 = bf && training && !nograd;
+  /* first the buffers a late head gradient keeps out of its memory (so that one not kept out
+   * would go there, tests/test_mpi.c's test_late_head), then the largest run that may go there */
   act_item items[GJ_ACT_ITEMS] = {
-      {&a->resid, smul(nograd ? 1 : L + 1, ND)}, {&a->ln_mean, smul(Ls, N)}, {&a->ln_rstd, smul(Ls, N)},
-      {&a->h, smul(Lq, ND)}, {&a->q, qf * smul(Lq, NDl)}, {&a->k, qf * smul(Lkv, NDl)},
-      {&a->v, qf * smul(Lkv, NDl)}, {&a->att, qf * smul(Ls, NDl)}, {&a->lse, smul3(Ls, N, Hl)},
-      {&a->pre, qf * smul3(Lq, N, Fl)},
-      {&a->lnf_mean, N}, {&a->lnf_rstd, N}, {&a->xf, ND},
-      {&a->logits, smul(Nlg, Vl)}, {&a->ce_mx, N}, {&a->ce_lse, N}, {&a->ce_stats, smul(2, N)},
-      {&a->ce_acc, nograd ? 0 : gj_ce_backward_scratch(nthreads, Vl)},
-      {&a->y, ND}, {&a->dx, gD}, {&a->dh, gD}, {&a->dq, gDl},
-      {&a->dk, gDl}, {&a->dv, gDl}, {&a->datt, gDl}, {&a->dact, nact},
-      {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax, gj_config_head_dim(c))},
-      {&a->rot_cos, rot}, {&a->rot_sin, rot},
-      {(float **)&a->ids, N}, {(float **)&a->targets, N},
-      {(float **)&a->h16, bf ? shalf(ND) : 0}, {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0},
-      {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0},
-      {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0},
-      {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0}, /* 2 L NDl: even, or saturated */
-      {(float **)&a->pre16, lean ? shalf(smul3(Ls, N, Fl)) : 0},
-      {(float **)&a->att16, lean ? shalf(smul(Ls, NDl)) : 0},
+      {&a->rot_cos, rot, 1, 0}, {&a->rot_sin, rot, 1, 0},
+      {(float **)&a->xf16, xf16 ? shalf(ND) : 0, 1, 0},
+      {(float **)&a->dlg16, bf && late ? shalf(smul(N, Vl)) : 0, 1, 0},
+      {&a->xf, ND, !xf16, 0}, {&a->logits, smul(Nlg, Vl), !bf, 0},
+      {&a->dq, gDl, 0, 0}, {&a->dk, gDl, 0, 1}, {&a->dv, gDl, 0, 1}, {&a->datt, gDl, 0, 1},
+      {&a->dact, nact, 0, 1},
+      {&a->resid, smul(nograd ? 1 : L + 1, ND), 0, 0}, {&a->ln_mean, smul(Ls, N), 0, 0},
+      {&a->ln_rstd, smul(Ls, N), 0, 0}, {&a->h, smul(Lq, ND), 0, 0},
+      {&a->q, qf * smul(Lq, NDl), 0, 0}, {&a->k, qf * smul(Lkv, NDl), 0, 0},
+      {&a->v, qf * smul(Lkv, NDl), 0, 0}, {&a->att, qf * smul(Ls, NDl), 0, 0},
+      {&a->lse, smul3(Ls, N, Hl), 0, 0}, {&a->pre, qf * smul3(Lq, N, Fl), 0, 0},
+      {&a->lnf_mean, N, 0, 0}, {&a->lnf_rstd, N, 0, 0}, {&a->ce_mx, N, 0, 0}, {&a->ce_lse, N, 0, 0},
+      {&a->ce_stats, smul(2, N), 0, 0},
+      {&a->ce_acc, nograd ? 0 : gj_ce_backward_scratch(nthreads, Vl), 0, 0},
+      {&a->y, ND, 0, 0}, {&a->dx, gD, 0, 0}, {&a->dh, gD, 0, 0},
+      {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax, gj_config_head_dim(c)), 0, 0},
+      {(float **)&a->ids, N, 0, 0}, {(float **)&a->targets, N, 0, 0},
+      {(float **)&a->h16, bf ? shalf(ND) : 0, 0, 0},
+      {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0, 0, 0},
+      {(float **)&a->g16, bf && !nograd ? shalf(g16) : 0, 0, 0},
+      {(float **)&a->qkv16, bf ? sadd(q16 / 2, 1) : 0, 0, 0},
+      {(float **)&a->kv16, kv16 ? smul3(L, 2, NDl) / 2 : 0, 0, 0}, /* 2 L NDl: even, or saturated */
+      {(float **)&a->pre16, lean ? shalf(smul3(Ls, N, Fl)) : 0, 0, 0},
+      {(float **)&a->att16, lean ? shalf(smul(Ls, NDl)) : 0, 0, 0},
   };
   memcpy(fl, items, sizeof items);
 }
@@ -143,24 +162,66 @@ static int check_shape(const gj_config *c, int64_t Bmax, int64_t Tmax, int nthre
   return 0;
 }
 
-/* The activation arena's floats (each buffer padded to 64 bytes); refuses a batch whose
- * buffers would exceed GJ_ACT_MAX_FLOATS (or overflow). */
-static int act_total(const act_item *fl, const gj_config *c, int64_t B, int64_t T, size_t *total) {
-  size_t t = 0;
-  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
-    if (fl[i].n > GJ_ACT_MAX_FLOATS || (t += (fl[i].n + 15) / 16 * 16) > GJ_ACT_MAX_FLOATS)
+/* Where each buffer lives: offsets in floats (each buffer padded to 64 bytes) into the arena
+ * or, with a late head gradient, into the head gradient's memory. */
+typedef struct {
+  size_t off[GJ_ACT_ITEMS];
+  unsigned char slot[GJ_ACT_ITEMS]; /* in the head gradient's memory */
+  size_t arena, in_slot;            /* floats of each */
+} act_plan;
+
+static size_t pad16f(size_t n) { return (n + 15) / 16 * 16; }
+
+/* The buffers' places: with cap > 0 floats of the head gradient's memory the unpinned ones go
+ * there while they fit, in list order (a glued run as one), the others into the arena. Refuses
+ * a batch whose arena would exceed GJ_ACT_MAX_FLOATS (or overflow). */
+static int act_place(act_plan *pl, const act_item *fl, size_t cap, const gj_config *c, int64_t B,
+                     int64_t T) {
+  memset(pl, 0, sizeof *pl);
+  for (size_t i = 0, j; i < GJ_ACT_ITEMS; i = j) {
+    size_t u = 0; /* a run's floats: at most GJ_ACT_ITEMS 2^58, no overflow */
+    int pin = 0, big = 0;
+    for (j = i; j < GJ_ACT_ITEMS && (j == i || fl[j].glue); j++)
+      big |= fl[j].n > GJ_ACT_MAX_FLOATS, u += big ? 0 : pad16f(fl[j].n), pin |= fl[j].pin;
+    int s = !big && !pin && u <= cap - pl->in_slot;
+    size_t *at = s ? &pl->in_slot : &pl->arena;
+    for (size_t k = i; k < j && !big; k++)
+      pl->slot[k] = (unsigned char)s, pl->off[k] = *at, *at += pad16f(fl[k].n);
+    if (big || pl->arena > GJ_ACT_MAX_FLOATS)
       return GJ_FAIL("activations of a micro-batch of %lld x %lld tokens exceed %.3g bytes "
                      "(n_layer %lld, n_embd %lld, n_inner %lld, vocab_size %lld): use a smaller "
                      "--micro-batch or --seq-len", (long long)B, (long long)T,
                      (double)GJ_ACT_MAX_FLOATS * sizeof(float), (long long)c->n_layer,
                      (long long)c->n_embd, (long long)c->n_inner, (long long)c->vocab_size);
   }
-  *total = t;
   return 0;
 }
 
 /* The elements of this rank's vocabulary-head weight: a training network's one bf16 copy. */
 static size_t head_numel(const gj_layout *l) { return gj_layout_tail(l, 0)[GJ_TAIL_LM_W].numel; }
+
+/* The activations' list and places for gj_model_create's arguments; *late: the head's weight
+ * gradient is written late (gj_model's late_head), where training asks for it (GJ_TRAIN_LATE)
+ * or allows it (GJ_TRAIN_ONE) and it makes the arena smaller. Its memory (from its first
+ * 64-byte boundary) then holds the buffers act_place puts there. */
+static int act_layout(gj_acts *a, act_item *fl, act_plan *pl, int *late, const gj_config *c,
+                      const gj_layout *l, int tp, int recompute, int training, int64_t B,
+                      int64_t T, int nthreads) {
+  act_list(a, fl, c, tp, recompute, training != 0, 0, B, T, nthreads);
+  GJ_TRY(act_place(pl, fl, 0, c, B, T));
+  *late = 0;
+  if ((training != GJ_TRAIN_ONE && training != GJ_TRAIN_LATE) ||
+      (recompute != GJ_KEEP_ALL && recompute != GJ_RECOMPUTE))
+    return 0;
+  act_item f2[GJ_ACT_ITEMS];
+  act_plan p2;
+  size_t cap = head_numel(l) > 16 ? (head_numel(l) - 16) / 16 * 16 : 0;
+  act_list(a, f2, c, tp, recompute, 1, 1, B, T, nthreads);
+  GJ_TRY(act_place(&p2, f2, cap, c, B, T));
+  if (training == GJ_TRAIN_LATE || p2.arena < pl->arena)
+    memcpy(fl, f2, sizeof f2), *pl = p2, *late = 1;
+  return 0;
+}
 
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
                    int recompute, int training, int64_t B, int64_t T, int nthreads) {
@@ -177,16 +238,17 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   else if (gj_gemm_reads_bf16() && !training)
     for (int i = 0; i < l.n; i++)
       if (gj_tensor_has_w16(&l.t[i])) s->w16 += l.t[i].numel * sizeof(gj_bf16);
-  gj_layout_free(&l);
   /* np, P <= numel + 16 dp, numel <= 2 GJ_MAX_PARAMS: these byte counts are far from overflowing */
   s->params = s->grads = np * sizeof(float);
   s->moments = 2 * P * sizeof(float);
   gj_acts dummy;
   act_item fl[GJ_ACT_ITEMS];
-  act_list(&dummy, fl, c, tp, recompute, training, B, T, nthreads);
-  size_t total;
-  GJ_TRY(act_total(fl, c, B, T, &total));
-  s->acts = total * sizeof(float);
+  act_plan pl;
+  int rc = act_layout(&dummy, fl, &pl, &s->late_head, c, &l, tp, recompute, training, B, T, nthreads);
+  gj_layout_free(&l);
+  if (rc) return rc;
+  s->acts = pl.arena * sizeof(float);
+  s->acts_in_grads = pl.in_slot * sizeof(float);
   return 0;
 }
 
@@ -199,7 +261,9 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   m->g = g;
   m->st = st, m->lay = &st->lay, m->params = st->params, m->grads = st->grads ? st->grads : st->gslot;
   m->recompute = recompute;
-  m->training = training;
+  m->training = training != 0;
+  /* a late head gradient needs the state's whole gradient block */
+  if (training && (!st->grads || st->gslot)) training = GJ_TRAIN;
   int tp = g->tp_size;
   m->Hl = c->n_head / tp;
   m->Dl = m->Hl * gj_config_head_dim(c);
@@ -218,19 +282,19 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
 
   /* Activation arena: a size pass over the same list that assigns the pointers. */
   act_item fl[GJ_ACT_ITEMS];
-  act_list(&m->a, fl, c, tp, recompute, training, Bmax, Tmax, m->nthreads);
+  act_plan pl;
+  int late;
+  GJ_TRY(act_layout(&m->a, fl, &pl, &late, c, m->lay, tp, recompute, training, Bmax, Tmax,
+                    m->nthreads));
   int64_t R = c->rotary_dim;
-  size_t total;
-  GJ_TRY(act_total(fl, c, Bmax, Tmax, &total));
-  m->act_bytes = total * sizeof(float);
+  m->act_bytes = pl.arena * sizeof(float);
   m->act_arena = gj_arena_alloc(m->act_bytes);
   if (!m->act_arena)
     return gj_model_free(m), GJ_FAIL("out of memory: activation arena of %zu bytes", m->act_bytes);
-  size_t off = 0;
-  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) {
-    *fl[i].p = fl[i].n ? m->act_arena + off : NULL; /* the bf16 copies are NULL in float32 */
-    off += (fl[i].n + 15) / 16 * 16;
-  }
+  m->late_head = late;
+  float *slot = late ? (float *)(((uintptr_t)m->G.lm_w + 63) / 64 * 64) : NULL;
+  for (size_t i = 0; i < GJ_ACT_ITEMS; i++) /* the bf16 copies are NULL in float32 */
+    *fl[i].p = fl[i].n ? (pl.slot[i] ? slot : m->act_arena) + pl.off[i] : NULL;
   int fwd_only = recompute == GJ_DECODE || recompute == GJ_FORWARD;
   if (st->w16) { /* bf16-resident weights: the state's copies are the weights */
     m->w16 = st->w16;
@@ -239,7 +303,8 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
      * phase starts (head_w16): while the head runs they are idle, and the layers overwrite
      * them before and after */
     m->w16 = (gj_bf16 *)m->a.dq, m->w16_head = m->P.lm_w, m->w16_scratch = 1;
-    if ((size_t)((char *)m->a.attn_scratch - (char *)m->a.dq) < head_numel(m->lay) * sizeof(gj_bf16))
+    size_t room = (size_t)((char *)(m->a.dact + pad16f(fl[DQ + 4].n)) - (char *)m->a.dq);
+    if (fl[DQ].p != &m->a.dq || fl[DQ + 4].p != &m->a.dact || room < head_numel(m->lay) * sizeof(gj_bf16))
       return gj_model_free(m), GJ_FAIL("internal: no room for the head's bf16 copy");
   } else if (gj_gemm_reads_bf16()) {
     /* an inference network: only the GEMM weights' pages are ever touched (by the first
@@ -440,15 +505,17 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
 
   float *xL = a->resid + (m->recompute == GJ_FORWARD ? 0 : c->n_layer) * NC * D;
   TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w,
-                                           m->P.lnf_b, N, D, eps));
+                                           m->P.lnf_b, N, D, eps);
+        if (a->xf16) round16(a->xf16, a->xf, N * D));
   return 0;
 }
 
 /* The vocabulary head over rows [r0, r0 + R): logits into lg [R, Vl], the vocab-parallel
  * cross-entropy (two small TP all-reduces) and the loss of those rows; ce_lse[r0..] keeps
  * log Z for backward. With scale != 0 also its backward, at once: d loss / d logits (into lg,
- * or into g16 only in bf16), dh[r0..] (this shard's partial d xf) and the lm_head gradients
- * accumulate. */
+ * or into g16 only in bf16: with a late head gradient into dlg16's rows r0..), dh[r0..] (this
+ * shard's partial d xf) and the lm_head gradients accumulate (the weight's not with a late
+ * head gradient: late_head_grad). */
 static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss, float scale,
                      double *loss_sum, int64_t *n_valid) {
   gj_acts *a = &m->a;
@@ -456,7 +523,8 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   const int32_t *tg = a->targets + r0;
   float *mx = a->ce_mx + r0, *st = a->ce_stats + 2 * r0, *lse = a->ce_lse + r0;
   const float *xf = a->xf + r0 * D;
-  TIMED(GJ_PROF_VOCAB, gj_linear_forward(lg, xf, NULL, m->P.lm_w, W16(m->P.lm_w), m->P.lm_b, R, D, Vl, 0);
+  const gj_bf16 *xf16 = a->xf16 ? a->xf16 + r0 * D : NULL;
+  TIMED(GJ_PROF_VOCAB, gj_linear_forward(lg, xf, xf16, m->P.lm_w, W16(m->P.lm_w), m->P.lm_b, R, D, Vl, 0);
         gj_ce_stats(mx, st, lg, tg, R, Vl, m->v0));
   /* each shard's sums are relative to its own max (lse keeps it until gj_ce_loss): rescaled to
    * the global max, then summed (with one shard the max is its own and the factor exactly 1) */
@@ -470,12 +538,23 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   if (scale == 0.0f) return 0;
   /* one pass: d logits and the bias gradient; in bf16 only the bf16 copy of d logits, which
    * the products read (lg keeps the logits: no float d is passed on) */
-  gj_bf16 *g16 = gj_gemm_precision() == GJ_PREC_BF16 ? a->g16 : NULL;
+  gj_bf16 *g16 = gj_gemm_precision() != GJ_PREC_BF16 ? NULL : a->dlg16 ? a->dlg16 + r0 * Vl : a->g16;
   TIMED(GJ_PROF_VOCAB, gj_ce_backward(g16 ? NULL : lg, g16, m->G.lm_b, a->ce_acc, lg, lse, tg, R, Vl,
                                       m->v0, scale, zloss);
-        gj_linear_backward(a->dh + r0 * D, m->G.lm_w, NULL, g16 ? NULL : lg, g16, xf, NULL, m->P.lm_w,
-                           W16(m->P.lm_w), R, D, Vl, 0));
+        if (m->late_head) gj_linear_backward_input(a->dh + r0 * D, g16 ? NULL : lg, g16, m->P.lm_w,
+                                                   W16(m->P.lm_w), R, D, Vl, 0);
+        else gj_linear_backward(a->dh + r0 * D, m->G.lm_w, NULL, g16 ? NULL : lg, g16, xf, xf16,
+                                m->P.lm_w, W16(m->P.lm_w), R, D, Vl, 0));
   return 0;
+}
+
+/* A late head gradient (late_head): d W = d logits^T xf over all N rows at once, written over
+ * the activations that held its memory until now. */
+static void late_head_grad(gj_model *m, int64_t N) {
+  gj_acts *a = &m->a;
+  const int64_t D = m->c.n_embd, Vl = m->Vl;
+  TIMED(GJ_PROF_VOCAB, gj_gemm(1, 0, Vl, D, N, 1.0f, a->dlg16 ? NULL : a->logits, a->dlg16, Vl,
+                               a->xf, a->xf16, D, 0.0f, m->G.lm_w, D));
 }
 
 /* The start of a head phase: the head's bf16 copy where it lives in the work buffers. */
@@ -509,8 +588,11 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
   const int64_t R = GJ_HEAD_ROWS;
   head_w16(m);
   TIMED(GJ_PROF_ELEM, slot_part(m, 0));
+  /* a late head gradient in float32 keeps the d logits of every row in logits */
+  const int64_t lg_rows = m->late_head && !m->a.dlg16 ? R : 0;
   for (int64_t r0 = 0; r0 < N; r0 += R)
-    GJ_TRY(head_rows(m, m->a.logits, r0, GJ_MIN(R, N - r0), zloss, scale, loss_sum, n_valid));
+    GJ_TRY(head_rows(m, m->a.logits + r0 / R * lg_rows * m->Vl, r0, GJ_MIN(R, N - r0), zloss,
+                     scale, loss_sum, n_valid));
   m->head_done = 1;
   return gj_model_backward(m, scale, zloss, hook);
 }
@@ -591,7 +673,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
 static int part_done(gj_model *m, const gj_grad_hook *hook, int k) {
   if (!hook) return 0;
   const size_t lo = gj_layout_part_lo(m->lay, k);
-  return hook->ready(hook->ctx, lo, m->st->gslot ? m->st->gslot : m->grads + lo);
+  const size_t hi = k == 0 ? m->st->numel_pad : gj_layout_part_lo(m->lay, k - 1);
+  return hook->ready(hook->ctx, lo, hi, m->st->gslot ? m->st->gslot : m->grads + lo);
 }
 
 int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook *hook) {
@@ -617,7 +700,7 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
   TIMED(GJ_PROF_ELEM, memset(a->dx, 0, N * D * sizeof(float));
         gj_layernorm_backward(a->dx, m->G.lnf_w, m->G.lnf_b, a->dh, a->resid + c->n_layer * NC * D,
                               a->lnf_mean, a->lnf_rstd, m->P.lnf_w, N, D));
-  GJ_TRY(part_done(m, hook, 0));
+  if (!m->late_head) GJ_TRY(part_done(m, hook, 0));
 
   /* the parts in order: the head (0), block n_layer - k (k = 1 .. n_layer), the embedding */
   for (int k = 1; k <= c->n_layer; k++) {
@@ -631,5 +714,8 @@ int gj_model_backward(gj_model *m, float scale, float zloss, const gj_grad_hook 
     TIMED(GJ_PROF_VOCAB, GJ_TRY(gj_rowgrad_add(m->st->erows, a->dx, a->ids, N, m->v0)));
   else
     TIMED(GJ_PROF_VOCAB, gj_embedding_backward(m->G.wte, a->dx, a->ids, N, D, m->v0, Vl, NULL));
-  return part_done(m, hook, emb);
+  GJ_TRY(part_done(m, hook, emb));
+  if (!m->late_head) return 0;
+  late_head_grad(m, N);
+  return part_done(m, hook, 0);
 }

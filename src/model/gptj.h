@@ -54,12 +54,22 @@ typedef struct {
   gj_bf16 *kv16;            /* decode in bf16: the KV cache [L, 2, Hl, Tmax, Hd] (each layer's
                              * keys, then values, head-major), the only copy of it: k and v
                              * then hold one layer's new rows [N, Dl] */
+  gj_bf16 *xf16;            /* bf16 training: [N, D] the ln_f output's bf16 copy */
+  gj_bf16 *dlg16;           /* bf16 with a late head gradient: [N, Vl] d loss / d logits, all
+                             * rows (in float32 they stay in logits, then [N, Vl]) */
 } gj_acts;
 
 /* What a network keeps of its activations (gj_model_create's recompute). GJ_FORWARD: forward
  * only (eval): the residual stream in place, one slot of the rest, no gradient buffers, the
  * vocabulary head in blocks of GJ_HEAD_ROWS rows (gj_model_forward returns the loss only). */
 enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
+
+/* gj_model_create's training: 0 (an inference network), GJ_TRAIN, or GJ_TRAIN_ONE: the same
+ * for a trainer whose every step is one micro-batch (its gradients start from zero and the
+ * optimizer reads them before the next forward), which lets the network write the vocabulary
+ * head's weight gradient late (gj_model's late_head) where that makes the activations'
+ * memory smaller. GJ_TRAIN_LATE: always late (tests). */
+enum { GJ_TRAIN = 1, GJ_TRAIN_ONE = 2, GJ_TRAIN_LATE = 3 };
 
 /* Rows per block of the vocabulary head in training: the logits of one block are all that is
  * stored of them. */
@@ -68,12 +78,13 @@ enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
 /* Time categories of a step (gptj bench). */
 enum { GJ_PROF_GEMM, GJ_PROF_ATTN, GJ_PROF_ELEM, GJ_PROF_VOCAB, GJ_PROF_COMM, GJ_PROF_N };
 
-/* Called during backward each time the gradients from float offset `lo` to the end of the
- * gradient block are final (lo decreases to 0), so that their DP reduction can start; g holds
- * those of [lo, hi), hi the previous call's lo (numel_pad first): g[0] is element lo (in the
- * block, or in the state's gradient slot). */
+/* Called during backward each time the gradients of a part, float offsets [lo, hi) of the
+ * gradient block, are final, so that their DP reduction can start; g holds them: g[0] is
+ * element lo (in the block, or in the state's gradient slot). The parts come from the top of
+ * the block down (the head's hi is numel_pad) and together cover it, except that a network
+ * with a late head gradient (gj_model's late_head) reports the head (part 0) last. */
 typedef struct {
-  int (*ready)(void *ctx, size_t lo, float *g);
+  int (*ready)(void *ctx, size_t lo, size_t hi, float *g);
   void *ctx;
 } gj_grad_hook;
 
@@ -89,6 +100,13 @@ typedef struct {
   int64_t Dl, Hl, Fl, Vl, v0; /* this rank's shard sizes; v0 = first vocab row */
   int recompute;              /* GJ_KEEP_ALL, GJ_RECOMPUTE (only the residual stream per layer) or GJ_DECODE */
   int training;               /* the vocabulary head runs in blocks, fused with its backward */
+  /* The head's weight gradient is written late: in one product over all rows after the
+   * embedding's backward (not block by block with the head), into its own memory, which until
+   * then holds activations (the layers' and the head's work buffers: act_place), so that the
+   * largest gradient of a wide model costs no memory of its own. The d logits of every row are
+   * kept for it instead (bf16: dlg16). Its gradients are overwritten, not accumulated, and its
+   * part is reported to the hook last. */
+  int late_head;
   int head_done;              /* gj_model_forward_backward did the head's backward */
   gj_ptrs P, G;               /* G: every part into the state's gslot where it has one */
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
@@ -117,20 +135,24 @@ typedef struct {
  * recomputation per layer (also what a forward-only network needs); GJ_DECODE: the KV-cache
  * path only (gj_model_forward_cached; k and v per layer, one slot of the rest, no gradient
  * buffers; in bf16 the cache is bfloat16); GJ_FORWARD: gj_model_forward only, for the loss (eval);
- * GJ_KEEP_ALL (0) keeps every layer's activations (the KV cache works too). training = 1: the
- * vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its backward fused into
- * gj_model_forward_backward, and the [N, Vl] logits are never stored (gj_model_forward then
- * returns the loss only); training = 0 keeps the whole logits (but GJ_FORWARD's blocks, and
- * decoding's last row). */
+ * GJ_KEEP_ALL (0) keeps every layer's activations (the KV cache works too). training (GJ_TRAIN,
+ * GJ_TRAIN_ONE, GJ_TRAIN_LATE): the vocabulary head runs in blocks of GJ_HEAD_ROWS rows, its
+ * backward fused into gj_model_forward_backward, and the [N, Vl] logits are never stored
+ * (gj_model_forward then returns the loss only); training = 0 keeps the whole logits (but
+ * GJ_FORWARD's blocks, and decoding's last row). A late head gradient needs GJ_KEEP_ALL or
+ * GJ_RECOMPUTE and a state with a gradient block (not a slot). */
 int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t Tmax,
                     int recompute, int training);
 void gj_model_free(gj_model *m);
 
 /* Bytes a rank allocates for a layout, computed without allocating (the same arithmetic as
- * gj_state_create: bytes = params + grads + moments, and gj_model_create: act_bytes = acts). */
+ * gj_state_create: bytes = params + grads + moments, and gj_model_create: act_bytes = acts;
+ * training as gj_model_create's, GJ_TRAIN_ONE only for a state with a gradient block). */
 typedef struct {
   size_t params, grads, moments, acts;
   size_t w16; /* bf16 precision: the bfloat16 copies of the GEMM weights (resident bytes) */
+  int late_head;        /* the network writes the head's gradient late (gj_model) */
+  size_t acts_in_grads; /* then: the activations' bytes that live in its memory, beside acts */
 } gj_mem_sizes;
 int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero,
                    int recompute, int training, int64_t B, int64_t T, int nthreads);

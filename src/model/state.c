@@ -16,7 +16,8 @@ void gj_state_sizes(size_t numel, int dp, int zero, size_t *np, size_t *P) {
   }
 }
 
-void *gj_arena_alloc(size_t bytes) {
+/* gj_arena_alloc's allocation without the touch; *rounded: its bytes */
+static void *arena_untouched(size_t bytes, size_t *rounded) {
   void *p = NULL;
   size_t align = (size_t)2 << 20;
   bytes = (bytes + align - 1) / align * align;
@@ -24,16 +25,30 @@ void *gj_arena_alloc(size_t bytes) {
 #ifdef MADV_HUGEPAGE
   madvise(p, bytes, MADV_HUGEPAGE);
 #endif
-  memset(p, 0, bytes);
+  *rounded = bytes;
   return p;
+}
+
+void *gj_arena_alloc(size_t bytes) {
+  void *p = arena_untouched(bytes, &bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+/* The whole pages of [p, p + bytes): [*a, *b) (empty: *a >= *b). */
+static void inner_pages(const void *p, size_t bytes, uintptr_t *a, uintptr_t *b) {
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  *a = ((uintptr_t)p + pg - 1) / pg * pg;
+  *b = ((uintptr_t)p + bytes) / pg * pg;
 }
 
 static void *map_lazy(size_t bytes);
 
 /* training = 0: the parameter block only; slot = 1: the gradients of one part of the network
- * at a time (gj_state_create_oib). */
+ * at a time (gj_state_create_oib); no_emb_grad = 1: the whole pages under the embedding's dense
+ * gradient are not touched (gj_state_create_rows gives them back). */
 static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training,
-                  int slot) {
+                  int slot, int no_emb_grad) {
   memset(s, 0, sizeof *s);
   GJ_TRY(gj_config_validate(c));
   if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
@@ -49,11 +64,22 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
   /* the slot's floats, padded to 16 so that the moments stay 64-byte aligned */
   size_t ng = !training ? 0 : slot ? (gj_layout_part_max(&s->lay) + 15) / 16 * 16 : np;
   s->bytes = (np + ng + (training ? 2 * P : 0)) * sizeof(float);
-  s->arena = gj_arena_alloc(s->bytes);
+  size_t rounded;
+  s->arena = arena_untouched(s->bytes, &rounded);
   if (!s->arena) {
     size_t need = s->bytes;
     gj_state_free(s);
     return GJ_FAIL("out of memory: parameter arena of %zu bytes", need);
+  }
+  uintptr_t a = 0, b = 0; /* every page touched once, but these */
+  if (no_emb_grad && training && !slot && s->lay.t[0].offset == 0)
+    inner_pages(s->arena + np, s->lay.t[0].numel * sizeof(float), &a, &b);
+  char *base = (char *)s->arena, *end = base + rounded;
+  if (a < b) {
+    memset(base, 0, (char *)a - base);
+    memset((char *)b, 0, end - (char *)b);
+  } else {
+    memset(base, 0, rounded);
   }
   s->params = s->arena;
   if (slot) s->gslot = s->arena + np, s->gslot_n = ng;
@@ -63,17 +89,17 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
 }
 
 int gj_state_create(gj_state *s, const gj_config *c, const gj_grid *g, int zero) {
-  return create(s, c, g, zero, 1, 0);
+  return create(s, c, g, zero, 1, 0, 0);
 }
 
 int gj_state_create_oib(gj_state *s, const gj_config *c, const gj_grid *g, int slot) {
-  GJ_TRY(create(s, c, g, 0, 1, slot));
+  GJ_TRY(create(s, c, g, 0, 1, slot, 0));
   s->oib = 1;
   return 0;
 }
 
 int gj_state_create_weights(gj_state *s, const gj_config *c, const gj_grid *g) {
-  return create(s, c, g, 0, 0, 0);
+  return create(s, c, g, 0, 0, 0, 0);
 }
 
 /* An anonymous mapping whose pages become resident when written (not before). */
@@ -169,13 +195,26 @@ int gj_state_embedding_rows(gj_state *s, int64_t tokens) {
     return rc;
   }
   /* the whole pages under the dense tensor: given back, and a fault if anything touches them */
-  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = ((uintptr_t)s->grads + pg - 1) / pg * pg;
-  uintptr_t b = (uintptr_t)(s->grads + s->lay.t[0].numel) / pg * pg;
+  uintptr_t a, b;
+  inner_pages(s->grads, s->lay.t[0].numel * sizeof(float), &a, &b);
   if (b > a && !madvise((void *)a, b - a, MADV_DONTNEED) && !mprotect((void *)a, b - a, PROT_NONE))
     s->hole = (void *)a, s->hole_len = b - a;
   s->bytes = s->bytes - s->hole_len + s->erows->bytes;
   return 0;
+}
+
+int gj_state_create_rows(gj_state *s, const gj_config *c, const gj_grid *g, int zero,
+                         int64_t tokens) {
+  gj_layout l;
+  GJ_TRY(gj_config_validate(c));
+  GJ_TRY(gj_layout_build(&l, c, g->tp_size, g->tp_rank));
+  int64_t V, cap;
+  int rows = rows_shape(&l, c, tokens, &V, &cap);
+  gj_layout_free(&l);
+  GJ_TRY(create(s, c, g, zero, 1, 0, rows));
+  int rc = gj_state_embedding_rows(s, tokens);
+  if (rc) gj_state_free(s);
+  return rc;
 }
 
 void gj_state_free(gj_state *s) {

@@ -86,6 +86,10 @@ int gj_state_embedding_rows(gj_state *s, int64_t tokens);
  * `tokens` tokens on all DP ranks (gj_state_embedding_rows). */
 int gj_state_train_grad_bytes(const gj_config *c, int tp, int oib, int64_t grad_accum,
                               int64_t tokens, size_t *grads);
+/* gj_state_create, then gj_state_embedding_rows(tokens), without ever touching the pages the
+ * rows give back (the peak RSS of a start is then that of the state). */
+int gj_state_create_rows(gj_state *s, const gj_config *c, const gj_grid *g, int zero,
+                         int64_t tokens);
 void gj_state_free(gj_state *s);
 void gj_state_zero_grads(gj_state *s);
 

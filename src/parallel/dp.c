@@ -20,7 +20,7 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
 void gj_dp_free(gj_dp_sync *s) { free(s->req), free(s->tmp); }
 
 void gj_dp_begin(gj_dp_sync *s) {
-  s->posted_lo = s->n;
+  s->lo = s->hi = s->done = 0;
   s->nreq = 0;
   s->wait_s = 0;
   s->bytes = 0;
@@ -40,14 +40,20 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
   return 0;
 }
 
-int gj_dp_ready(void *vs, size_t lo, float *g) {
+int gj_dp_ready(void *vs, size_t lo, size_t hi, float *g) {
   gj_dp_sync *s = vs;
   (void)g; /* the block's own: s->grads + lo */
   if (s->g->dp_size == 1) return 0;
-  /* Post only whole buckets now; small tails join the next call. */
-  if (s->posted_lo - lo >= s->bucket || lo == 0) {
-    GJ_TRY(post(s, lo, s->posted_lo));
-    s->posted_lo = lo;
+  s->done += hi - lo;
+  if (hi != s->lo) { /* not right below the pending range: that goes now */
+    if (s->lo < s->hi) GJ_TRY(post(s, s->lo, s->hi));
+    s->hi = hi;
+  }
+  s->lo = lo;
+  /* Post only whole buckets now; small tails join the next range. */
+  if (s->hi - s->lo >= s->bucket || lo == 0) {
+    GJ_TRY(post(s, s->lo, s->hi));
+    s->hi = s->lo;
   }
   int flag; /* let the library progress what is in flight */
   if (s->nreq) MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
@@ -70,9 +76,11 @@ static int rows_allreduce(gj_dp_sync *s) {
 
 int gj_dp_finish(gj_dp_sync *s) {
   if (s->g->dp_size == 1) return 0;
-  if (s->posted_lo > 0) {
-    GJ_TRY(post(s, 0, s->posted_lo));
-    s->posted_lo = 0;
+  if (s->done != s->n)
+    return GJ_FAIL("internal: backward reported %zu of %zu gradients final", s->done, s->n);
+  if (s->lo < s->hi) {
+    GJ_TRY(post(s, s->lo, s->hi));
+    s->hi = s->lo;
   }
   double t0 = gj_now();
   int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);

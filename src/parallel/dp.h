@@ -14,7 +14,8 @@ typedef struct {
   gj_grid *g;
   float *grads;
   size_t n;          /* floats in the block */
-  size_t posted_lo;  /* [posted_lo, n) has been posted */
+  size_t lo, hi;     /* [lo, hi): reported final, not posted yet (empty: lo == hi) */
+  size_t done;       /* floats reported final this step */
   MPI_Request *req;
   int nreq, cap;
   size_t bucket;     /* floats per bucket */
@@ -32,10 +33,11 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
 void gj_dp_free(gj_dp_sync *s);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);
-/* The gradients [lo, n) are final: start reducing what is not started yet (whole buckets;
- * the rest waits for more). Suitable as the model's grad_ready hook (g, where the model says
- * the range is, is the block's own: s->grads + lo). */
-int gj_dp_ready(void *s, size_t lo, float *g);
+/* The gradients [lo, hi) are final: reduce them, with the ranges reported before that join
+ * them from above, once they make a bucket (a range that does not join them starts the pending
+ * ones). Suitable as the model's grad_ready hook (g, where the model says the range is, is the
+ * block's own: s->grads + lo). */
+int gj_dp_ready(void *s, size_t lo, size_t hi, float *g);
 /* Start whatever remains and wait for everything. */
 int gj_dp_finish(gj_dp_sync *s);
 

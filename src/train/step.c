@@ -53,12 +53,13 @@ typedef struct {
   double dp_s, opt_s;
 } oib_run;
 
-static int oib_ready(void *ctx, size_t lo, float *gr) {
+static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
   oib_run *r = ctx;
   gj_trainer *t = r->t;
   gj_state *st = t->st;
   gj_grid *g = t->g;
-  size_t hi = r->hi;
+  if (hi != r->hi) /* a gradient slot's network has no late head gradient */
+    return GJ_FAIL("internal: backward reported [%zu, %zu) after %zu", lo, hi, r->hi);
   if (lo >= hi) return 0;
   double t0 = gj_now();
   if (g->dp_size > 1)
@@ -86,8 +87,9 @@ static int oib_ready(void *ctx, size_t lo, float *gr) {
  * micro-batches. */
 static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double *loss_sum) {
   gj_state *st = t->st;
-  if (st->gslot && in->A != 1)
-    return GJ_FAIL("internal: a gradient slot holds one micro-batch's gradients, not %lld", (long long)in->A);
+  if ((st->gslot || t->m->late_head) && in->A != 1)
+    return GJ_FAIL("internal: a gradient slot or a late head gradient holds one micro-batch's "
+                   "gradients, not %lld", (long long)in->A);
   gj_state_zero_grads(st);
   gj_dp_begin(&t->dp);
   /* the last micro-batch's backward starts the DP reduction; under ZeRO-1 it is one
