@@ -359,6 +359,8 @@ rows=(
 "0|config.json|convert --from-hf $w/missing --out $w/x.h5"
 "0|--dtype: expected float32 or bfloat16|convert --to-hf $w/hfo --checkpoint $ck --dtype int8"
 "0|--tp 3 does not divide n_head 4|plan --tp 3"
+"0|--precision fp16: unknown precision (fp32, bf16)|plan --precision fp16"
+"0|--gemm mkl: unknown backend (auto, openblas, onednn)|plan --gemm mkl"
 # -- rows: sizes and types read from files
 "0|s_pos.h5: n_positions = 4611686018427387904 is out of range [1, 1048576]|eval --checkpoint $w/s_pos.h5 --data $w/small.h5"
 "0|s_pos.h5: n_positions = 4611686018427387904 is out of range|generate --checkpoint $w/s_pos.h5 --prompt-ids 1"

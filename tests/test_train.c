@@ -499,6 +499,37 @@ START_TEST(test_bench) {
 }
 END_TEST
 
+/* gptj plan in each precision: the layout line names it, the activations are sized for it (the
+ * GPT-J-6B-width layer's differ), and the head's gradient written late is shown; a layout with
+ * --grad-accum 2 keeps it as it was. */
+START_TEST(test_plan_precision) {
+  char args[2048], log[2][1400];
+  const char *prec[2] = {"--precision fp32", tu_bf16()};
+  double acts[2];
+  for (int p = 0; p < 2; p++) {
+    snprintf(log[p], sizeof log[p], "%s/plan%d.log", OUT, p);
+    snprintf(args, sizeof args, "plan --preset gptj-6b --n_layer 1 --micro-batch 8 --seq-len 256 --sgemm-gflops 100 "
+             "--mem-gbps 10 %s", prec[p]);
+    ck_assert_int_eq(gptj(0, args, log[p]), 0);
+    ck_assert_int_eq(sh("grep -q 'recompute off; %s$' %s", p ? "bf16" : "fp32", log[p]), 0);
+    ck_assert_int_eq(sh("grep -q '^  activations .* GB (and .* GB in the vocabulary head.s gradient, written after "
+                        "backward)$' %s", log[p]), 0);
+    FILE *f = fopen(log[p], "r");
+    char line[512];
+    acts[p] = -1;
+    while (f && fgets(line, sizeof line, f))
+      if (sscanf(line, "  activations %lf GB", &acts[p]) == 1) break;
+    if (f) fclose(f);
+    ck_assert(acts[p] > 0);
+  }
+  ck_assert(acts[0] != acts[1]);
+  snprintf(args, sizeof args, "plan --preset gptj-6b --n_layer 1 --micro-batch 8 --seq-len 256 --grad-accum 2 "
+           "--sgemm-gflops 100 --mem-gbps 10");
+  ck_assert_int_eq(gptj(0, args, log[0]), 0);
+  ck_assert_int_ne(sh("grep -q 'vocabulary head' %s", log[0]), 0);
+}
+END_TEST
+
 int main(void) {
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "train")) return 1;
   Suite *s = suite_create("train");
@@ -506,6 +537,7 @@ int main(void) {
   TU_ADD(s, test_layouts, "long", 900);
   TU_ADD(s, test_tcp, "long", 900);
   TU_ADD(s, test_bf16, NULL, 900);
+  TU_ADD(s, test_plan_precision, NULL, 300);
   TU_ADD(s, test_bad_layout, NULL, 900);
   TU_ADD(s, test_resume_exact, NULL, 900);
   TU_ADD(s, test_resume_other_layouts, "long", 900);

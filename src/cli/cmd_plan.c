@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/gemmopts.h"
 #include "cli/modelopts.h"
 #include "common.h"
 #include "model/flops.h"
+#include "model/gemm.h"
 #include "model/gptj.h"
 #include "model/state.h"
 #include "train/step.h"
@@ -44,7 +46,10 @@ static double mem_rate(int threads) {
 int gj_cmd_plan(int argc, char **argv) {
   int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 1, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
+  const char *prec = "fp32", *gemm = "auto";
   gj_opt table[] = {
+      {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP "; the activations are sized and the GEMM rate measured for it", 1, 0},
+      {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"micro-batch", GJ_OPT_I64, &B, "sequences per rank per micro-batch", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &T, "tokens per sequence (0: n_positions)", 0, 1 << 20},
       {"grad-accum", GJ_OPT_I64, &A, "micro-batches per step", 1, 1 << 20},
@@ -55,7 +60,7 @@ int gj_cmd_plan(int argc, char **argv) {
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
       {"threads", GJ_OPT_I64, &threads, "threads per rank (0: OMP_NUM_THREADS)", 0, 4096},
-      {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "sgemm GFLOP/s of one rank (0: measure here on the model's shapes)", 0, 1e9},
+      {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "GEMM GFLOP/s of one rank (0: measure here on the model's shapes, in --precision on --gemm)", 0, 1e9},
       {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
       {"tp-gbps", GJ_OPT_F64, &tpnet, "bandwidth per rank within a node, GB/s (TP)", 1e-3, 1e6},
       {"mem-gbps", GJ_OPT_F64, &mem_g, "memory bandwidth of one rank, GB/s, for the optimizer (0: measure here)", 0, 1e6},
@@ -68,6 +73,11 @@ int gj_cmd_plan(int argc, char **argv) {
                               "for a model and a DP x TP layout, computed without allocating the model.");
   if (rc) return rc > 0 ? 0 : rc;
   gj_config c = mo.config;
+  gj_gemm_backend gb;
+  gj_precision gp;
+  if (gj_gemm_backend_parse(gemm, &gb)) return GJ_FAIL("--gemm %s: unknown backend (auto, openblas, onednn)", gemm);
+  if (gj_precision_parse(prec, &gp)) return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", prec);
+  GJ_TRY(gj_gemm_setup(gb, gp)); /* the activations' sizes and the rate depend on both */
   if (T == 0) T = c.n_positions;
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
   if (threads == 0) threads = omp_get_max_threads();
@@ -122,11 +132,11 @@ int gj_cmd_plan(int argc, char **argv) {
     t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
-         "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s\n",
+         "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s; %s\n",
          mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
          (long long)dp, (long long)tp, (long long)(dp * tp), (long long)B, (long long)T,
          (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off",
-         oib ? ", optimizer in backward" : "");
+         oib ? ", optimizer in backward" : "", gp == GJ_PREC_BF16 ? "bf16" : "fp32");
   printf("memory per rank:\n");
   printf("  parameters        %12.3f GB\n", ms.params / 1e9);
   printf("  gradients         %12.3f GB\n", ms.grads / 1e9);
@@ -144,8 +154,8 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients)\n",
          tp_bytes, dp_bytes);
   printf("time per step (estimate):\n");
-  printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s)\n", t_comp, rate / 1e9,
-         sgemm_g > 0 ? "given" : "sgemm measured here on the model's shapes");
+  printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s%s)\n", t_comp, rate / 1e9,
+         sgemm_g > 0 ? "given" : "measured here on the model's shapes: ", sgemm_g > 0 ? "" : gj_gemm_describe());
   printf("  TP communication  %12.3f s at %.1f GB/s\n", t_tp, tpnet);
   printf("  optimizer         %12.3f s: %.4g B of memory traffic at %.1f GB/s (%s)\n", t_opt, opt_bytes, mrate / 1e9,
          mem_g > 0 ? "given" : "measured here");
