@@ -43,12 +43,15 @@ static void inner_pages(const void *p, size_t bytes, uintptr_t *a, uintptr_t *b)
 }
 
 static void *map_lazy(size_t bytes);
+static int rows_shape(const gj_layout *l, const gj_config *c, int64_t tokens, int64_t *V,
+                      int64_t *cap);
 
 /* training = 0: the parameter block only; slot = 1: the gradients of one part of the network
- * at a time (gj_state_create_oib); no_emb_grad = 1: the whole pages under the embedding's dense
- * gradient are not touched (gj_state_create_rows gives them back). */
+ * at a time (gj_state_create_oib); rows_tokens > 0: the whole pages under the embedding's dense
+ * gradient are not touched where rows for that many tokens will replace it (rows_shape;
+ * gj_state_create_rows gives them back). */
 static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, int training,
-                  int slot, int no_emb_grad) {
+                  int slot, int64_t rows_tokens) {
   memset(s, 0, sizeof *s);
   GJ_TRY(gj_config_validate(c));
   if (g->dp_size < 1) return GJ_FAIL("internal: DP size %d", g->dp_size);
@@ -72,7 +75,9 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
     return GJ_FAIL("out of memory: parameter arena of %zu bytes", need);
   }
   uintptr_t a = 0, b = 0; /* every page touched once, but these */
-  if (no_emb_grad && training && !slot && s->lay.t[0].offset == 0)
+  int64_t V, cap;
+  if (rows_tokens > 0 && training && !slot && s->lay.t[0].offset == 0 &&
+      rows_shape(&s->lay, c, rows_tokens, &V, &cap))
     inner_pages(s->arena + np, s->lay.t[0].numel * sizeof(float), &a, &b);
   char *base = (char *)s->arena, *end = base + rounded;
   if (a < b) {
@@ -205,13 +210,7 @@ int gj_state_embedding_rows(gj_state *s, int64_t tokens) {
 
 int gj_state_create_rows(gj_state *s, const gj_config *c, const gj_grid *g, int zero,
                          int64_t tokens) {
-  gj_layout l;
-  GJ_TRY(gj_config_validate(c));
-  GJ_TRY(gj_layout_build(&l, c, g->tp_size, g->tp_rank));
-  int64_t V, cap;
-  int rows = rows_shape(&l, c, tokens, &V, &cap);
-  gj_layout_free(&l);
-  GJ_TRY(create(s, c, g, zero, 1, 0, rows));
+  GJ_TRY(create(s, c, g, zero, 1, 0, tokens));
   int rc = gj_state_embedding_rows(s, tokens);
   if (rc) gj_state_free(s);
   return rc;
