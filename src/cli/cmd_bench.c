@@ -111,8 +111,7 @@ static int setup(bench_ctx *x) {
   GJ_TRY(gj_cli_gemm_setup(o->gemm, o->prec, x->g.world));
   x->peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &x->peak_how);
   gj_mem_sizes ms;
-  /* one micro-batch a step: without the optimizer in backward the head's gradient may be late */
-  const int mode = o->oib ? GJ_TRAIN : GJ_TRAIN_ONE;
+  const int mode = gj_train_mode((int)o->oib, 1); /* the head's gradient may be late */
   GJ_TRY(gj_model_sizes(&ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, mode,
                         o->B, o->T, omp_get_max_threads()));
   const int64_t tokens = o->B * o->T * x->g.dp_size;

@@ -12,7 +12,6 @@
 #include "cli/modelopts.h"
 #include "common.h"
 #include "model/flops.h"
-#include "model/gemm.h"
 #include "model/gptj.h"
 #include "model/state.h"
 #include "train/step.h"
@@ -75,8 +74,7 @@ int gj_cmd_plan(int argc, char **argv) {
   gj_config c = mo.config;
   gj_gemm_backend gb;
   gj_precision gp;
-  if (gj_gemm_backend_parse(gemm, &gb)) return GJ_FAIL("--gemm %s: unknown backend (auto, openblas, onednn)", gemm);
-  if (gj_precision_parse(prec, &gp)) return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", prec);
+  GJ_TRY(gj_cli_gemm_parse(gemm, prec, &gb, &gp));
   GJ_TRY(gj_gemm_setup(gb, gp)); /* the activations' sizes and the rate depend on both */
   if (T == 0) T = c.n_positions;
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
@@ -89,7 +87,7 @@ int gj_cmd_plan(int argc, char **argv) {
                    "per step, more than 2^62", (long long)B, (long long)T, (long long)A, (long long)dp, tokens);
   GJ_TRY(gj_oib_check(oib, 0, zero));
   gj_mem_sizes ms;
-  const int mode = !oib && A == 1 ? GJ_TRAIN_ONE : GJ_TRAIN; /* as train's */
+  const int mode = gj_train_mode((int)oib, A); /* as train's */
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
   GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
   /* DP staging: a bucket and a rank's piece of one */

@@ -298,8 +298,7 @@ static int setup_data(train_ctx *x) {
 static int setup_model(train_ctx *x) {
   const train_opts *o = &x->o;
   gj_mem_sizes *ms = &x->ms;
-  /* one micro-batch a step over a gradient block: the head's gradient may be written late */
-  const int mode = !o->oib && o->grad_accum == 1 ? GJ_TRAIN_ONE : GJ_TRAIN;
+  const int mode = gj_train_mode((int)o->oib, o->grad_accum); /* the head's gradient may be late */
   GJ_TRY(gj_model_sizes(ms, &x->c, x->g.tp_size, x->g.dp_size, (int)o->zero, (int)o->recompute, mode,
                         o->micro_batch, o->seq_len, omp_get_max_threads()));
   /* a step's tokens on all DP ranks, saturated (the flags' product can exceed int64) */

@@ -3,13 +3,18 @@
 #include "common.h"
 #include "model/gemm.h"
 
+int gj_cli_gemm_parse(const char *gemm, const char *precision, gj_gemm_backend *b, gj_precision *p) {
+  if (gj_gemm_backend_parse(gemm, b))
+    return GJ_FAIL("--gemm %s: unknown backend (auto, openblas, onednn)", gemm);
+  if (gj_precision_parse(precision, p))
+    return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", precision);
+  return 0;
+}
+
 int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
   gj_gemm_backend b;
   gj_precision p;
-  if (gj_gemm_backend_parse(gemm, &b))
-    return GJ_FAIL("--gemm %s: unknown backend (auto, openblas, onednn)", gemm);
-  if (gj_precision_parse(precision, &p))
-    return GJ_FAIL("--precision %s: unknown precision (fp32, bf16)", precision);
+  GJ_TRY(gj_cli_gemm_parse(gemm, precision, &b, &p));
   int rc = gj_gemm_setup(b, p);
   GJ_AGREE(world, rc);
   int same;

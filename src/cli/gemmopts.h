@@ -2,6 +2,7 @@
 #ifndef GJ_CLI_GEMMOPTS_H
 #define GJ_CLI_GEMMOPTS_H
 
+#include "model/gemm.h"
 #include "parallel/grid.h"
 
 #define GJ_GEMM_HELP "GEMM backend: auto, openblas, onednn (auto: fp32 on OpenBLAS's AVX-512 or AVX2 kernel; bf16 on oneDNN with AMX, else on whichever of AVX512_BF16 (onednn) and the fp32 FMA on bf16 values (openblas) peaks higher here)"
@@ -10,6 +11,8 @@
   "AVX512_BF16, or --gemm openblas on any CPU; without AMX about fp32's speed, on the fp32 FMA " \
   "units, in less memory)"
 
+/* Parse both flags (a clear error naming the flag). */
+int gj_cli_gemm_parse(const char *gemm, const char *precision, gj_gemm_backend *b, gj_precision *p);
 /* Parse both flags, choose and check the backend on every rank (gj_gemm_setup), and make
  * every rank use the same one. (gj_gemm_describe() names it.) */
 int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world);

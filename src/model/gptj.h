@@ -70,6 +70,11 @@ enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
  * head's weight gradient late (gj_model's late_head) where that makes the activations'
  * memory smaller. GJ_TRAIN_LATE: always late (tests). */
 enum { GJ_TRAIN = 1, GJ_TRAIN_ONE = 2, GJ_TRAIN_LATE = 3 };
+/* A trainer's mode: GJ_TRAIN_ONE with one micro-batch a step over a gradient block (no
+ * optimizer in backward), else GJ_TRAIN. */
+static inline int gj_train_mode(int oib, int64_t grad_accum) {
+  return !oib && grad_accum == 1 ? GJ_TRAIN_ONE : GJ_TRAIN;
+}
 
 /* Rows per block of the vocabulary head in training: the logits of one block are all that is
  * stored of them. */
