@@ -1013,40 +1013,51 @@ double gj_peak_flops(gj_precision prec, int nthreads, const char **how) {
   return loop ? peak_of(loop, nthreads) : 0;
 }
 
-/* One core's FMA and VDPBF16PS peaks (*r32, *r16): is the float32 FMA faster? */
-static int fma_beats_dpbf16(const gj_cpu_features *f, double *r32, double *r16) {
-  *r16 = f->avx512_bf16 ? peak_of(loop_dpbf16, 1) : 0;
-  *r32 = peak_of(f->avx512 ? loop_fma512 : loop_fma256, 1);
-  return *r32 > *r16;
-}
-
-static double peak_of(double (*loop)(int64_t), int nthreads) {
-  double total = 0;
-  /* calibrate to about 20 ms per thread */
+/* Iterations of loop for about 20 ms on one thread. */
+static int64_t peak_iters(double (*loop)(int64_t)) {
   int64_t iters = 1000;
   for (;;) {
     double t0 = gj_now();
     loop(iters);
     double dt = gj_now() - t0;
-    if (dt > 0.004 || iters > ((int64_t)1 << 40)) {
-      iters = (int64_t)(iters * 0.02 / (dt > 1e-9 ? dt : 1e-9)) + 1;
-      break;
-    }
+    if (dt > 0.004 || iters > ((int64_t)1 << 40))
+      return (int64_t)(iters * 0.02 / (dt > 1e-9 ? dt : 1e-9)) + 1;
     iters *= 4;
   }
+}
+
+/* The best per-thread rate of one round of loop on nthreads threads, raised into *best. */
+static void peak_round(double (*loop)(int64_t), int64_t iters, int nthreads, double *best) {
+#pragma omp parallel num_threads(nthreads)
+  {
+    double t0 = gj_now();
+    double fl = loop(iters);
+    double r = fl / (gj_now() - t0);
+#pragma omp critical(gj_peak)
+    if (r > *best) *best = r;
+  }
+}
+
+/* One core's FMA and VDPBF16PS peaks (*r32, *r16): is the float32 FMA faster? The two loops
+ * alternate round by round, so that the machine's other load (which lasts seconds on a shared
+ * machine) lowers both or neither: measured one after the other, a busy moment during one of
+ * them flipped the choice (and a run's numerics with it). */
+static int fma_beats_dpbf16(const gj_cpu_features *f, double *r32, double *r16) {
+  double (*l32)(int64_t) = f->avx512 ? loop_fma512 : loop_fma256;
+  int64_t n32 = peak_iters(l32), n16 = f->avx512_bf16 ? peak_iters(loop_dpbf16) : 0;
+  *r32 = *r16 = 0;
+  for (int round = 0; round < 8; round++) {
+    if (n16) peak_round(loop_dpbf16, n16, 1, r16);
+    peak_round(l32, n32, 1, r32);
+  }
+  return *r32 > *r16;
+}
+
+static double peak_of(double (*loop)(int64_t), int nthreads) {
   /* The best per-thread rate over rounds, times the threads: a round in which the machine's
    * other load takes a thread's core only lowers that round's figure. */
+  const int64_t iters = peak_iters(loop);
   double best = 0;
-  for (int round = 0; round < 8; round++) {
-#pragma omp parallel num_threads(nthreads)
-    {
-      double t0 = gj_now();
-      double fl = loop(iters);
-      double r = fl / (gj_now() - t0);
-#pragma omp critical(gj_peak)
-      if (r > best) best = r;
-    }
-  }
-  total = best * nthreads;
-  return total;
+  for (int round = 0; round < 8; round++) peak_round(loop, iters, nthreads, &best);
+  return best * nthreads;
 }
