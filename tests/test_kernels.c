@@ -53,7 +53,7 @@ START_TEST(test_layernorm) {
   tu_fill(th, thd, nt, 1.5);
   for (int64_t j = 0; j < D; j++) th[N * D + j] += 1.0f, thd[N * D + j] += 1.0; /* w near 1 */
   tu_fill(r, rd, N * D, 1.0);
-  gj_layernorm_forward(y, mean, rstd, th, th + N * D, th + N * D + D, N, D, 1e-5f);
+  gj_layernorm_forward(y, NULL, mean, rstd, th, th + N * D, th + N * D + D, N, D, 1e-5f);
   ln_ref(yd, thd, thd + N * D, thd + N * D + D, N, D, 1e-5);
   ck_assert_double_le(tu_rel(y, yd, N * D), FWD_TOL);
   gj_layernorm_backward(g, g + N * D, g + N * D + D, r, th, mean, rstd, th + N * D, N, D);
@@ -344,11 +344,102 @@ START_TEST(test_gelu) {
   gj_gelu_forward(y, x, n);
   for (size_t i = 0; i < n; i++) yd[i] = gelu_d(xd[i]);
   ck_assert_double_le(tu_rel(y, yd, n), FWD_TOL);
-  gj_gelu_backward(g, r, x, n);
+  gj_gelu_backward(g, NULL, r, x, 1, (int64_t)n);
   ew_ctx c = {n, rd};
   tu_fd(gelu_loss, &c, xd, n, gd);
   ck_assert_double_le(tu_rel(g, gd, n), BWD_TOL);
   free(x), free(y), free(r), free(g), free(xd), free(yd), free(rd), free(gd);
+}
+END_TEST
+
+/* The kernels that sum columns over rows as they write them (LayerNorm's parameter gradients,
+ * the bias gradients fused into GELU's backward and into dx's rounding): the sums against
+ * double-precision ones, the other outputs the same as the unfused kernels', bit for bit, and
+ * every output the same bits at 1, 2 and 3 threads (the row groups depend on the row count
+ * only). Row counts below, at and far above the group count (64), a partial last group, and
+ * columns beyond one GELU chunk (1024). */
+static void colsum_ref(double *ref, const float *d, int64_t N, int64_t D) {
+  for (int64_t j = 0; j < D; j++) ref[j] = 0.5; /* what the sums are added to */
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < D; j++) ref[j] += d[i * D + j];
+}
+
+START_TEST(test_fused_colsums) {
+  static const int64_t shapes[][2] = {{5, 3}, {64, 17}, {301, 40}, {130, 1100}};
+  const int nth[3] = {1, 2, 3}, saved = omp_get_max_threads();
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+    const int64_t N = shapes[sh][0], D = shapes[sh][1], ND = N * D;
+    float *x = tu_falloc(ND), *dy = tu_falloc(ND), *w = tu_falloc(D), *b = tu_falloc(D);
+    float *mean = tu_falloc(N), *rstd = tu_falloc(N), *y = tu_falloc(ND), *d = tu_falloc(ND);
+    float *out[3], *dxu = tu_falloc(ND);
+    double *ref = tu_dalloc(D), *ref2 = tu_dalloc(D);
+    gj_bf16 *y16 = calloc(ND, 2), *r16 = calloc(ND, 2), *o16[3];
+    tu_fill(x, NULL, ND, 3.0), tu_fill(dy, NULL, ND, 1.0), tu_fill(w, NULL, D, 1.0), tu_fill(b, NULL, D, 1.0);
+    for (int t = 0; t < 3; t++) out[t] = tu_falloc(ND + 2 * D + 1), o16[t] = calloc(ND, 2);
+    /* LayerNorm: forward's bf16 output is its float output rounded; backward's sums */
+    gj_layernorm_forward(y, NULL, mean, rstd, x, w, b, N, D, 1e-5f);
+    gj_layernorm_forward(NULL, y16, mean, rstd, x, w, b, N, D, 1e-5f);
+    gj_bf16_round(r16, y, (size_t)ND);
+    ck_assert_int_eq(memcmp(y16, r16, ND * 2), 0);
+    for (int t = 0; t < 3; t++) {
+      omp_set_num_threads(nth[t]);
+      float *dx = out[t], *dw = dx + ND, *db = dw + D;
+      for (int64_t j = 0; j < D; j++) dw[j] = db[j] = 0.5f;
+      gj_layernorm_backward(dx, dw, db, dy, x, mean, rstd, w, N, D);
+      ck_assert_int_eq(memcmp(dx, out[0], (ND + 2 * D) * sizeof(float)), 0);
+    }
+    for (int64_t j = 0; j < D; j++) ref[j] = ref2[j] = 0.5;
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t j = 0; j < D; j++) {
+        ref[j] += (double)dy[i * D + j] * ((double)x[i * D + j] - mean[i]) * rstd[i];
+        ref2[j] += dy[i * D + j];
+      }
+    ck_assert_double_le(tu_rel(out[0] + ND, ref, D), 1e-6);
+    ck_assert_double_le(tu_rel(out[0] + ND + D, ref2, D), 1e-6);
+    /* the bias gradient, alone and with dy's rounding */
+    colsum_ref(ref, dy, N, D);
+    for (int t = 0; t < 3; t++) {
+      omp_set_num_threads(nth[t]);
+      float *db = out[t];
+      for (int64_t j = 0; j < D; j++) db[j] = db[D + j] = 0.5f;
+      gj_bias_grad(db, NULL, dy, N, D);
+      gj_bias_grad(db + D, o16[t], dy, N, D);
+      ck_assert_int_eq(memcmp(db, out[0], 2 * D * sizeof(float)), 0);
+      ck_assert_int_eq(memcmp(db, db + D, D * sizeof(float)), 0);
+    }
+    gj_bf16_round(r16, dy, (size_t)ND);
+    ck_assert_int_eq(memcmp(o16[0], r16, ND * 2), 0);
+    ck_assert_double_le(tu_rel(out[0], ref, D), 1e-6);
+    /* GELU's backward with fc_in's bias gradient: d as without it, its sums; the bf16 kernel
+     * (float d not written) the same sums and the same rounding */
+    gj_gelu_backward(dxu, NULL, dy, x, N, D);
+    colsum_ref(ref, dxu, N, D);
+    gj_bf16_round(r16, x, (size_t)ND);
+    for (int t = 0; t < 3; t++) {
+      omp_set_num_threads(nth[t]);
+      float *db = out[t] + ND;
+      for (int64_t j = 0; j < D; j++) db[j] = db[D + j] = 0.5f;
+      gj_gelu_backward(d, db, dy, x, N, D);
+      ck_assert_int_eq(memcmp(d, dxu, ND * sizeof(float)), 0);
+      ck_assert_int_eq(memcmp(db, out[0] + ND, D * sizeof(float)), 0);
+      gj_gelu_backward16(NULL, o16[t], db + D, dy, r16, N, D);
+      ck_assert_int_eq(memcmp(o16[t], o16[0], ND * 2), 0);
+      ck_assert_int_eq(memcmp(db + D, out[0] + ND + D, D * sizeof(float)), 0);
+    }
+    ck_assert_double_le(tu_rel(out[0] + ND, ref, D), 1e-6);
+    /* ... whose values are those of the float kernel on the rounded input, rounded */
+    float *xr = tu_falloc(ND);
+    for (int64_t i = 0; i < ND; i++) xr[i] = gj_bf16_to_f32(r16[i]);
+    gj_gelu_backward(d, NULL, dy, xr, N, D);
+    gj_bf16_round(y16, d, (size_t)ND);
+    ck_assert_int_eq(memcmp(o16[0], y16, ND * 2), 0);
+    colsum_ref(ref, d, N, D);
+    ck_assert_double_le(tu_rel(out[0] + ND + D, ref, D), 1e-6);
+    omp_set_num_threads(saved);
+    free(xr), free(x), free(dy), free(w), free(b), free(mean), free(rstd), free(y), free(d), free(dxu);
+    free(ref), free(ref2), free(y16), free(r16);
+    for (int t = 0; t < 3; t++) free(out[t]), free(o16[t]);
+  }
 }
 END_TEST
 
@@ -368,10 +459,10 @@ START_TEST(test_gelu_bf16) {
   gj_bf16_round(yr, y, n);
   gj_gelu_forward16(y16, x16, n);
   ck_assert_int_eq(memcmp(y16, yr, n * 2), 0);
-  gj_gelu_backward(g, r, x, n);
+  gj_gelu_backward(g, NULL, r, x, 1, (int64_t)n);
   gj_bf16_round(gr, g, n);
   memcpy(dx, r, n * sizeof(float));
-  gj_gelu_backward16(dx, g16, dx, x16, n);
+  gj_gelu_backward16(dx, g16, NULL, dx, x16, 1, (int64_t)n);
   ck_assert_int_eq(memcmp(dx, g, n * sizeof(float)), 0);
   ck_assert_int_eq(memcmp(g16, gr, n * 2), 0);
   free(x), free(y), free(r), free(g), free(dx), free(xd), free(rd);
@@ -421,6 +512,24 @@ START_TEST(test_rotary) {
   tu_fd(rot_loss, &c, xd, n, gd);
   ck_assert_double_le(tu_rel(r, gd, n), BWD_TOL);
   free(x), free(r), free(cs), free(sn), free(xd), free(yd), free(rd), free(gd);
+  /* the backward into bf16 (bf16 training's d q, d k): the float one rounded, bit for bit, its
+   * input untouched; heads wider than its chunk of 512, rotary dims across chunk edges */
+  static const int64_t hr[][2] = {{10, 6}, {64, 64}, {1100, 1030}, {1100, 4}};
+  for (size_t k = 0; k < sizeof hr / sizeof hr[0]; k++) {
+    const int64_t B = 2, T = 3, Hl = 2, Hd = hr[k][0], R = hr[k][1], ld = Hl * Hd + 3, m = B * T * ld;
+    float *d = tu_falloc(m), *d0 = tu_falloc(m), *ct = tu_falloc(8 * R / 2), *st = tu_falloc(8 * R / 2);
+    gj_bf16 *o16 = calloc(m, 2), *r16 = calloc(m, 2);
+    tu_fill(d, NULL, m, 2.0);
+    memcpy(d0, d, m * sizeof(float));
+    gj_rotary_table(ct, st, 8, R);
+    ck_assert_ptr_eq(gj_rotary_backward16(o16, d, ct, st, B, T, Hl, Hd, R, 2, ld), o16);
+    ck_assert_int_eq(memcmp(d, d0, m * sizeof(float)), 0);
+    gj_rotary_backward(d, ct, st, B, T, Hl, Hd, R, 2, ld);
+    for (int64_t row = 0; row < B * T; row++) gj_bf16_round(r16 + row * ld, d + row * ld, (size_t)(Hl * Hd));
+    for (int64_t row = 0; row < B * T; row++)
+      ck_assert_int_eq(memcmp(o16 + row * ld, r16 + row * ld, Hl * Hd * 2), 0);
+    free(d), free(d0), free(ct), free(st), free(o16), free(r16);
+  }
 }
 END_TEST
 
@@ -799,6 +908,7 @@ int main(void) {
   tcase_add_test(tc, test_linear);
   tcase_add_test(tc, test_bf16_round);
   tcase_add_test(tc, test_gelu_bf16);
+  tcase_add_test(tc, test_fused_colsums);
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gemm_bf16_pieces);

@@ -64,7 +64,7 @@ int gj_model_forward_cached(gj_model *m, const int32_t *ids, int64_t n, int64_t 
     GJ_TRY(gj_model_block_forward(m, l, &b, 1, n, pos0));
   }
   const float *last = b.x + (n - 1) * D;
-  gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, last, m->P.lnf_w, m->P.lnf_b, 1, D,
+  gj_layernorm_forward(a->xf, NULL, a->lnf_mean, a->lnf_rstd, last, m->P.lnf_w, m->P.lnf_b, 1, D,
                        (float)c->layer_norm_epsilon);
   gj_linear_forward(a->logits, a->xf, NULL, m->P.lm_w, gj_model_w16(m, m->P.lm_w), m->P.lm_b, 1, D, m->Vl, 0);
   return 0;

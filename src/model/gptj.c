@@ -403,9 +403,9 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   /* [N, Dl] the new rows: after the earlier ones in a float cache */
   float *kn = b->kv16 ? b->k : b->k + pos0 * Dl, *vn = b->kv16 ? b->v : b->v + pos0 * Dl;
   gj_bf16 *h16 = b->h16 ? b->h16 : a->h16;
-  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(b->h, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, N, D,
-                                           (float)c->layer_norm_epsilon);
-        round16(h16, b->h, N * D));
+  /* in bf16 only the bf16 copy is written: every product reads that, never the float */
+  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(h16 ? NULL : b->h, h16, b->mean, b->rstd, b->x, p->ln1_w,
+                                           p->ln1_b, N, D, (float)c->layer_norm_epsilon));
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
         gj_linear_forward(kn, b->h, h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
         gj_linear_forward(vn, b->h, h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
@@ -504,9 +504,9 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
   }
 
   float *xL = a->resid + (m->recompute == GJ_FORWARD ? 0 : c->n_layer) * NC * D;
-  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, xL, m->P.lnf_w,
-                                           m->P.lnf_b, N, D, eps);
-        if (a->xf16) round16(a->xf16, a->xf, N * D));
+  /* bf16 training: the head's products read the bf16 copy only */
+  TIMED(GJ_PROF_ELEM, gj_layernorm_forward(a->xf16 ? NULL : a->xf, a->xf16, a->lnf_mean, a->lnf_rstd,
+                                           xL, m->P.lnf_w, m->P.lnf_b, N, D, eps));
   return 0;
 }
 
@@ -609,30 +609,32 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   gj_block_ptrs *gp = &m->G.h[l];
   gj_block_bufs lb = layer_at(m, l);
   if (m->recompute) layer_acts(m, l, &lb, B, T, 0);
-  else { /* the ln_1 output's bf16 copy again (lean: from the block input, its float not kept) */
-    if (lean_qkv(m))
-      TIMED(GJ_PROF_ELEM, gj_layernorm_forward(lb.h, lb.mean, lb.rstd, lb.x, p->ln1_w, p->ln1_b, N, D,
-                                               (float)c->layer_norm_epsilon));
-    TIMED(GJ_PROF_ELEM, round16(lb.h16, lb.h, N * D));
-  }
+  else if (lb.h16) /* bf16: the ln_1 output's bf16 copy again, from the block input (one slot;
+                     * forward writes no float copy) */
+    TIMED(GJ_PROF_ELEM, gj_layernorm_forward(NULL, lb.h16, lb.mean, lb.rstd, lb.x, p->ln1_w, p->ln1_b,
+                                             N, D, (float)c->layer_norm_epsilon));
   float *x = lb.x, *h = lb.h, *q = lb.q, *k = lb.k, *v = lb.v, *att = lb.att, *lse = lb.lse;
   float *pre = lb.pre;
   const gj_bf16 *h16 = lb.h16, *dx16, *act16 = lb.pre16 ? a->g16 : NULL;
   /* dx is the gradient of the block output; both branches receive it unchanged. */
   /* fc_out: its input gelu(pre) is recomputed into dact (into g16 from pre's bf16 copy) for
    * the weight gradient; dact then receives the input gradient. */
+  /* fc_out's bias gradient and dx's bf16 copy in one pass over dx */
   TIMED(GJ_PROF_ELEM, if (act16) gj_gelu_forward16(a->g16, lb.pre16, N * Fl);
         else gj_gelu_forward(a->dact, pre, N * Fl);
-        dx16 = round16(a->dx16, a->dx, N * D));
-  TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, gp->fc_out_b, a->dx, dx16, a->dact,
+        gj_bias_grad(gp->fc_out_b, a->dx16, a->dx, N, D); dx16 = a->dx16);
+  TIMED(GJ_PROF_GEMM, gj_linear_backward(NULL, gp->fc_out_w, NULL, a->dx, dx16, a->dact,
                                          act16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0);
         gj_linear_backward_input(a->dact, a->dx, dx16, p->fc_out_w, W16(p->fc_out_w), N, Fl, D, 0));
   const gj_bf16 *g16;
-  TIMED(GJ_PROF_ELEM, if (act16) gj_gelu_backward16(a->dact, a->g16, a->dact, lb.pre16, N * Fl);
-        else gj_gelu_backward(a->dact, a->dact, pre, N * Fl);
+  /* d pre with fc_in's bias gradient in the same pass; in bf16 only its bf16 copy, which is
+   * all that fc_in's products read */
+  TIMED(GJ_PROF_ELEM,
+        if (act16) gj_gelu_backward16(NULL, a->g16, gp->fc_in_b, a->dact, lb.pre16, N, Fl);
+        else gj_gelu_backward(a->dact, gp->fc_in_b, a->dact, pre, N, Fl);
         g16 = act16 ? act16 : round16(a->g16, a->dact, N * Fl));
   TIMED(GJ_PROF_GEMM,
-        gj_linear_backward(a->dh, gp->fc_in_w, gp->fc_in_b, a->dact, g16, h, h16, p->fc_in_w,
+        gj_linear_backward(a->dh, gp->fc_in_w, NULL, act16 ? NULL : a->dact, g16, h, h16, p->fc_in_w,
                            W16(p->fc_in_w), N, D, Fl, 0);
         /* lean: att is the float work buffer datt itself, not read: its bf16 copy is */
         gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, lb.att16 ? NULL : att, lb.att16,
@@ -652,15 +654,21 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
   TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, lb.att16 ? NULL : att,
                                             lb.att16, lse, q, k, v, qkvd16,
                                             a->attn_scratch, B, T, Hl, Hd, Dl));
-  TIMED(GJ_PROF_ELEM,
-        gj_rotary_backward(a->dq, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl);
-        gj_rotary_backward(a->dk, a->rot_cos, a->rot_sin, B, T, Hl, Hd, c->rotary_dim, 0, Dl));
+  /* the inverse rotation of d q and d k: in place in float32; in bf16 straight into the bf16
+   * copy their products read (one pass, the float not written) */
+  const float *cs = a->rot_cos, *sn = a->rot_sin;
+  const int64_t R = c->rotary_dim;
+  if (!a->g16)
+    TIMED(GJ_PROF_ELEM, gj_rotary_backward(a->dq, cs, sn, B, T, Hl, Hd, R, 0, Dl);
+          gj_rotary_backward(a->dk, cs, sn, B, T, Hl, Hd, R, 0, Dl));
   float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
   float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
   for (int j = 0; j < 3; j++) {
-    TIMED(GJ_PROF_ELEM, g16 = round16(a->g16, dqkv[j], N * Dl));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, dqkv[j], g16, h, h16, wqkv[j],
-                                           W16(wqkv[j]), N, D, Dl, 1));
+    TIMED(GJ_PROF_ELEM, g16 = !a->g16 ? NULL
+                              : j < 2 ? gj_rotary_backward16(a->g16, dqkv[j], cs, sn, B, T, Hl, Hd, R, 0, Dl)
+                                      : round16(a->g16, dqkv[j], N * Dl));
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, g16 ? NULL : dqkv[j], g16, h, h16,
+                                           wqkv[j], W16(wqkv[j]), N, D, Dl, 1));
   }
   /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));

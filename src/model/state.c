@@ -228,7 +228,10 @@ void gj_state_free(gj_state *s) {
 
 void gj_state_zero_grads(gj_state *s) {
   if (!s->grads) return; /* a slot: the model's part by part */
-  size_t e = s->erows ? s->lay.t[0].numel : 0;
-  memset(s->grads + e, 0, (s->numel_pad - e) * sizeof(float));
+  size_t e = s->erows ? s->lay.t[0].numel : 0, n = s->numel_pad - e;
+  float *g = s->grads + e;
+  /* by both threads' stores (a single memset of a 125M-model's gradients took 0.05 s) */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i += 65536) memset(g + i, 0, GJ_MIN((size_t)65536, n - i) * sizeof(float));
   if (s->erows) gj_rowgrad_clear(s->erows);
 }
