@@ -46,6 +46,7 @@ typedef struct {
   gj_trainer tr;
   double *st_s;            /* [steps] step times */
   double *rp_s;            /* [steps] the step's products replayed alone right after it (max over ranks) */
+  double *ratio;           /* [steps] scratch: rp_s / st_s */
   double prof[GJ_PROF_N + 2]; /* mean seconds per category, then DP wait and optimizer */
   double peak;
   const char *peak_how;
@@ -53,7 +54,7 @@ typedef struct {
 } bench_ctx;
 
 static void bench_free(bench_ctx *x) {
-  free(x->st_s), free(x->rp_s);
+  free(x->st_s), free(x->rp_s), free(x->ratio);
   gj_trainer_free(&x->tr);
   gj_model_free(&x->m);
   gj_state_free(&x->st);
@@ -129,7 +130,8 @@ static int setup(bench_ctx *x) {
   if (o->oib) hp.grad_clip = 0;
   rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f);
   x->st_s = calloc(o->steps, sizeof(double)), x->rp_s = calloc(o->steps, sizeof(double));
-  if (!rc && (!x->st_s || !x->rp_s)) rc = GJ_FAIL("out of memory");
+  x->ratio = calloc(o->steps, sizeof(double));
+  if (!rc && (!x->st_s || !x->rp_s || !x->ratio)) rc = GJ_FAIL("out of memory");
   return gj_agree(x->g.world, rc);
 }
 
@@ -223,12 +225,10 @@ static int figures(bench_ctx *x, bench_figures *f) {
   /* the GEMM efficiency, step by step: its products' time alone over its own time */
   int paired = 1;
   for (int64_t k = 0; k < o->steps; k++) paired &= x->rp_s[k] > 0;
-  double *ratio = calloc(o->steps, sizeof(double));
-  if (!ratio) return GJ_FAIL("out of memory");
+  double *ratio = x->ratio;
   for (int64_t k = 0; paired && k < o->steps; k++) ratio[k] = x->rp_s[k] / x->st_s[k];
   f->geff = paired ? median(ratio, o->steps) : 0;
   f->replay = paired ? median(x->rp_s, o->steps) : 0;
-  free(ratio);
   f->step = median(x->st_s, o->steps); /* sorted: the min and max are at the ends */
   f->tps = (double)o->B * o->T * x->g.dp_size / f->step;
   f->flops_rank = gj_flops_per_token(&x->c, o->T) * f->tps / x->g.size;
