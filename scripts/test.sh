@@ -4,7 +4,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/scripts/deps.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# ranks that wait yield the core: the valgrind run and the suites share the 2 cores with them
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 build=${GJ_TEST_BUILD:-$top/_build/test}
 start=$(date +%s)
 # each stage's heading says when it began (seconds since the start): CI has 30 minutes
@@ -52,7 +53,7 @@ bash "$top/tests/fuzz/run.sh" "${GJ_FUZZ_SECONDS:-15}" "$build/fuzz"
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build: make check (./configure --enable-sanitizers), but the \"long\" cases"
 # Leak checking is left to valgrind above: LeakSanitizer cannot attribute Open MPI's never-freed
 # init allocations, made in plugins it has unloaded by exit. Every suite runs, but the cases
-# tagged "long" in test_train and test_faults (the many-layout and whole-process ones: the
+# tagged "long" in test_train, test_resume and test_faults (the many-layout and whole-process ones: the
 # plain build ran them above, and their code is reached by the cases that run here), so that
 # CI stays within its 30 minutes.
 san=$build-sanitizers

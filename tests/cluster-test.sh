@@ -87,7 +87,7 @@ wait_done() {   # JOB SECONDS [RESTARTS]: prints the final state
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([-0-9.e+]*\).*/\1 \2/p' "$1/metrics.jsonl" 2>/dev/null; }
 nsteps() { losses "$1" | wc -l; }
 # close A B [FIRST]: the losses of run dirs A and B agree from step FIRST (default 1) on, to the
-# layout tolerance of tests/test_train.c (relative 1e-5 at step 1, 1e-4 after), over B's steps
+# layout tolerance of tests/trainutil.h (relative 1e-5 at step 1, 1e-4 after), over B's steps
 close() {
   awk -v first="${3:-1}" 'NR == FNR { a[$1] = $2; next }
     $1 >= first { n++; if (!($1 in a)) { print "step " $1 " missing"; bad = 1; next }
