@@ -604,6 +604,109 @@ START_TEST(test_decode_cache16) {
 }
 END_TEST
 
+/* One pass of the copies test: a training network of mode `mode` at TP tp (B 5, T 61: a head
+ * block of 256 rows and one of 49) through forward + backward twice, the weights changed in
+ * between (as an optimizer step changes them), the loss and every gradient kept; then the loss
+ * of a forward-only network and of the training network's own forward (validation); then 20
+ * greedy tokens of a decode network over float32 weights, changed after the first 10 (its bf16
+ * copies must follow). */
+typedef struct {
+  double loss[4];
+  float *grads;
+  size_t n;
+  int32_t ids[64];
+  float logits[96 * 8];
+} copies_run;
+
+static void copies_pass(int tp, int mode, copies_run *r) {
+  memset(r, 0, sizeof *r);
+  gj_config c;
+  tiny(&c, 2);
+  c.vocab_size = 96 * 8;
+  const int64_t B = 5, T = 61, N = B * T;
+  int32_t *ids = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++)
+    ids[i] = (int32_t)((i * 37 + 5) % c.vocab_size), tg[i] = i % 17 == 3 ? -1 : (int32_t)((i * 11 + 2) % c.vocab_size);
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, tp), 0);
+  gj_state st;
+  gj_model m;
+  ck_assert_int_eq(model_new(&st, &m, &c, &g, B, T, 0, 0, mode), 0);
+  gj_params_init(m.lay, &c, m.params, 5);
+  int64_t nv;
+  for (int rep = 0; rep < 2; rep++) {
+    if (rep) { /* an update of every weight */
+      for (size_t i = 0; i < m.lay->numel; i++) m.params[i] -= 1e-3f * m.grads[i] + 1e-4f * (float)((i * 7) % 5);
+      gj_model_weights_changed(&m);
+    }
+    gj_state_zero_grads(&st);
+    ck_assert_int_eq(gj_model_forward_backward(&m, ids, tg, B, T, 1e-3f, 1.0f / 300, NULL, &r->loss[rep], &nv), 0);
+  }
+  r->n = m.lay->numel;
+  r->grads = malloc(r->n * sizeof(float));
+  memcpy(r->grads, m.grads, r->n * sizeof(float));
+  ck_assert_int_eq(gj_model_forward(&m, ids, tg, B, T, 1e-3f, &r->loss[2], &nv), 0);
+  gj_state sf;
+  gj_model fw;
+  ck_assert_int_eq(gj_state_create_weights(&sf, &c, &g), 0);
+  ck_assert_int_eq(gj_model_create(&fw, &sf, &g, B, T, GJ_FORWARD, 0), 0);
+  memcpy(fw.params, m.params, m.lay->numel * sizeof(float));
+  ck_assert_int_eq(gj_model_forward(&fw, ids, tg, B, T, 1e-3f, &r->loss[3], &nv), 0);
+  model_del(&sf, &fw);
+  gj_model dec;
+  ck_assert_int_eq(gj_state_create_weights(&sf, &c, &g), 0);
+  gj_params_init(&sf.lay, &c, sf.params, 21);
+  ck_assert_int_eq(gj_model_create(&dec, &sf, &g, 1, 64, GJ_DECODE, 0), 0);
+  for (int i = 0; i < 9; i++) r->ids[i] = (i * 13 + 4) % c.vocab_size;
+  ck_assert_int_eq(gj_generate_greedy(&dec, r->ids, 9, 10), 0);
+  for (size_t i = 0; i < sf.lay.numel; i++) sf.params[i] *= 1.0f + 0.01f * (float)((i * 3) % 7);
+  gj_model_weights_changed(&dec);
+  ck_assert_int_eq(gj_generate_greedy(&dec, r->ids, 19, 10), 0);
+  memcpy(r->logits, dec.a.logits, dec.Vl * sizeof(float));
+  gj_model_free(&dec);
+  gj_state_free(&sf);
+  model_del(&st, &m);
+  gj_grid_free(&g);
+  free(ids), free(tg);
+}
+
+/* The paths written for a backend that reads bfloat16 (oneDNN's, with AMX or AVX512_BF16: the
+ * head's bf16 copy in the work buffers, rounded as each head phase starts; fc_in's output written
+ * as bf16 by its product; bf16 attention probabilities; a decode network's weight copies,
+ * refreshed when the weights change) against the plain bf16 path: both on OpenBLAS, where the
+ * door widens a copy to the very floats it would otherwise round to
+ * (gj_gemm_test_bf16_copies), so the same losses, gradients, ids and logits, bit for bit, in
+ * both training modes (the head's gradient block by block, and late), at TP 1 and TP = ranks.
+ * It runs on every CPU: one without bf16 hardware runs oneDNN's paths nowhere else. */
+START_TEST(test_bf16_copies) {
+  for (int tpi = 0; tpi < 2; tpi++)
+    for (int late = 0; late < 2; late++) {
+      copies_run r[2];
+      for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+        ck_assert(!gj_gemm_reads_bf16());
+        gj_gemm_test_bf16_copies(k);
+        ck_assert_int_eq(gj_gemm_reads_bf16(), k);
+        copies_pass(tpi ? world_size : 1, late ? GJ_TRAIN_LATE : GJ_TRAIN, &r[k]);
+      }
+      const char *what[4] = {"first step", "second step", "validation", "forward-only"};
+      for (int i = 0; i < 4; i++)
+        ck_assert_msg(r[0].loss[i] == r[1].loss[i], "tp %d late %d: %s loss %.17g vs %.17g", tpi ? world_size : 1,
+                      late, what[i], r[0].loss[i], r[1].loss[i]);
+      ck_assert(r[0].loss[1] != r[0].loss[0]); /* the update changed the model */
+      ck_assert_uint_eq(r[0].n, r[1].n);
+      ck_assert_msg(!memcmp(r[0].grads, r[1].grads, r[0].n * sizeof(float)), "tp %d late %d: gradients differ",
+                    tpi ? world_size : 1, late);
+      ck_assert(!memcmp(r[0].ids, r[1].ids, sizeof r[0].ids));
+      ck_assert(!memcmp(r[0].logits, r[1].logits, sizeof r[0].logits));
+      free(r[0].grads), free(r[1].grads);
+    }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  ck_assert(!gj_gemm_reads_bf16());
+  gj_gemm_finalize();
+}
+END_TEST
+
 /* --- the primitives of src/parallel/ (comm.c, grid.c). Checks are made after the last
  * collective of a test, so that a failure on one rank cannot leave the others waiting. */
 
@@ -800,6 +903,12 @@ START_TEST(test_tp_argmax) {
 }
 END_TEST
 
+/* Before each test: float32 on OpenBLAS, whatever a test that failed half-way left set (the
+ * tests run in one process: CK_NOFORK). */
+static void gemm_default(void) {
+  if (gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32)) ck_abort_msg("gj_gemm_setup: %s", gj_errmsg());
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -807,10 +916,12 @@ int main(int argc, char **argv) {
   Suite *s = suite_create("mpi");
   TCase *tc = tcase_create("mpi");
   tcase_set_timeout(tc, 300);
+  tcase_add_checked_fixture(tc, gemm_default, NULL);
   tcase_add_test(tc, test_allreduce_count);
   tcase_add_test(tc, test_eval_matches_loop);
   tcase_add_test(tc, test_plan_sizes);
   tcase_add_test(tc, test_decode_cache16);
+  tcase_add_test(tc, test_bf16_copies);
   tcase_add_test(tc, test_blocked_head);
   tcase_add_test(tc, test_late_head);
   tcase_add_test(tc, test_late_head_steps);

@@ -83,7 +83,11 @@ static gj_precision g_prec = GJ_PREC_F32;
 static char g_desc[160] = "OpenBLAS fp32";
 
 gj_gemm_backend gj_gemm_backend_in_use(void) { return g_backend; }
-int gj_gemm_reads_bf16(void) { return g_prec == GJ_PREC_BF16 && g_backend == GJ_GEMM_ONEDNN; }
+static int g_test_copies; /* gj_gemm_test_bf16_copies */
+int gj_gemm_reads_bf16(void) {
+  return g_prec == GJ_PREC_BF16 && (g_backend == GJ_GEMM_ONEDNN || g_test_copies);
+}
+void gj_gemm_test_bf16_copies(int on) { g_test_copies = on; }
 
 gj_precision gj_gemm_precision(void) { return g_prec; }
 const char *gj_gemm_describe(void) { return g_desc; }
@@ -671,6 +675,7 @@ static int blas_full_width(const gj_cpu_features *f) {
 static int fma_beats_dpbf16(const gj_cpu_features *f, double *r32, double *r16);
 
 int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
+  g_test_copies = 0;
   gj_cpu_features f;
   gj_cpu_detect(&f);
   const dnnl_version_t *v = dnnl_version();

@@ -63,6 +63,13 @@ gj_precision gj_gemm_precision(void);
  * bf16 on the float32 FMA units widens every operand to float32 anyway, as fast from the float
  * as from a copy, so the model keeps none there (2 bytes a parameter less). */
 int gj_gemm_reads_bf16(void);
+/* For tests: in bf16 on OpenBLAS, make gj_gemm_reads_bf16 true, so that the model takes the
+ * paths written for a backend that reads bfloat16 (the weights' bf16 copies, the head's copy in
+ * the work buffers, fc_in's output written as bf16, bf16 attention probabilities). The door
+ * widens those copies to the very floats it would otherwise round to, so every result is the
+ * same, bit for bit: a CPU without bf16 hardware (whose oneDNN has no bf16 matmul) tests those
+ * paths against the plain ones. gj_gemm_setup turns it off; change it only between models. */
+void gj_gemm_test_bf16_copies(int on);
 /* One line describing the choice, e.g. "oneDNN 2.6.3 bf16 (AMX)". */
 const char *gj_gemm_describe(void);
 /* Free the primitive cache and this thread's scratch (the engine and streams stay). */
