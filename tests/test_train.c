@@ -206,8 +206,8 @@ START_TEST(test_bench) {
 END_TEST
 
 /* gptj plan in each precision: the layout line names it, the activations are sized for it (the
- * GPT-J-6B-width layer's differ), and the head's gradient written late is shown; a layout with
- * --grad-accum 2 keeps it as it was. */
+ * GPT-J-6B-width layer's differ) and, in bf16, for the backend; the head's gradient written
+ * late is shown; a layout with --grad-accum 2 keeps it as it was. */
 START_TEST(test_plan_precision) {
   char args[2048], log[2][1400];
   const char *prec[2] = {"--precision fp32", tu_bf16()};
@@ -229,6 +229,29 @@ START_TEST(test_plan_precision) {
     ck_assert(acts[p] > 0);
   }
   ck_assert(acts[0] != acts[1]);
+  /* bf16 sized for each backend: oneDNN's keeps the head's bf16 copy in the work buffers, which
+   * at this width grows them. Every CPU plans for oneDNN with the rate given: one without bf16
+   * hardware (a login node) says it sized for a machine that has it, and without the rate it
+   * refuses, naming --sgemm-gflops. */
+  double bf[2];
+  for (int b = 0; b < 2; b++) {
+    snprintf(args, sizeof args, "plan --preset gptj-6b --n_layer 1 --micro-batch 8 --seq-len 256 --sgemm-gflops 100 "
+             "--mem-gbps 10 --precision bf16 --gemm %s", b ? "onednn" : "openblas");
+    ck_assert_int_eq(gptj(0, args, log[0]), 0);
+    ck_assert_int_eq(sh("grep -q '^note: this CPU has no bf16 hardware.*sized for oneDNN' %s", log[0]),
+                     b && !tu_bf16_hw() ? 0 : 1);
+    FILE *f = fopen(log[0], "r");
+    char line[512];
+    bf[b] = -1;
+    while (f && fgets(line, sizeof line, f))
+      if (sscanf(line, "  activations %lf GB", &bf[b]) == 1) break;
+    if (f) fclose(f);
+  }
+  ck_assert_msg(bf[0] > 0 && bf[1] > bf[0], "bf16 activations: openblas %g, onednn %g GB", bf[0], bf[1]);
+  if (!tu_bf16_hw()) {
+    ck_assert_int_ne(gptj(0, "plan --preset gptj-6b --n_layer 1 --precision bf16 --mem-gbps 10", log[0]), 0);
+    ck_assert_int_eq(sh("grep -q 'error: --precision bf16: this CPU has neither.*--sgemm-gflops$' %s", log[0]), 0);
+  }
   snprintf(args, sizeof args, "plan --preset gptj-6b --n_layer 1 --micro-batch 8 --seq-len 256 --grad-accum 2 "
            "--sgemm-gflops 100 --mem-gbps 10");
   ck_assert_int_eq(gptj(0, args, log[0]), 0);

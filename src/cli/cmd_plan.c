@@ -59,7 +59,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
       {"threads", GJ_OPT_I64, &threads, "threads per rank (0: OMP_NUM_THREADS)", 0, 4096},
-      {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "GEMM GFLOP/s of one rank (0: measure here on the model's shapes, in --precision on --gemm)", 0, 1e9},
+      {"sgemm-gflops", GJ_OPT_F64, &sgemm_g, "GEMM GFLOP/s of one rank (0: measure here on the model's shapes, in --precision on --gemm; "
+       "given, bf16 on a CPU without bf16 hardware is planned for oneDNN on one that has it)", 0, 1e9},
       {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
       {"tp-gbps", GJ_OPT_F64, &tpnet, "bandwidth per rank within a node, GB/s (TP)", 1e-3, 1e6},
       {"mem-gbps", GJ_OPT_F64, &mem_g, "memory bandwidth of one rank, GB/s, for the optimizer (0: measure here)", 0, 1e6},
@@ -75,7 +76,20 @@ int gj_cmd_plan(int argc, char **argv) {
   gj_gemm_backend gb;
   gj_precision gp;
   GJ_TRY(gj_cli_gemm_parse(gemm, prec, &gb, &gp));
-  GJ_TRY(gj_gemm_setup(gb, gp)); /* the activations' sizes and the rate depend on both */
+  /* the activations' sizes and the rate depend on both */
+  int assumed = 0;
+  if (gj_gemm_setup(gb, gp)) {
+    /* bf16 on a CPU without bf16 hardware (a login node, say): with the rate given nothing runs
+     * here, so the plan is sized for the backend of a machine that has it (auto's: oneDNN) */
+    if (gp != GJ_PREC_BF16 || gb == GJ_GEMM_OPENBLAS) return -1;
+    if (!(sgemm_g > 0)) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", gj_errmsg());
+      return GJ_FAIL("%s; or, to plan for a machine that has them, give its rate: --sgemm-gflops", why);
+    }
+    gj_gemm_assume(GJ_GEMM_ONEDNN, gp);
+    assumed = 1;
+  }
   if (T == 0) T = c.n_positions;
   if (T > c.n_positions) return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)T, (long long)c.n_positions);
   if (threads == 0) threads = omp_get_max_threads();
@@ -135,6 +149,9 @@ int gj_cmd_plan(int argc, char **argv) {
          (long long)dp, (long long)tp, (long long)(dp * tp), (long long)B, (long long)T,
          (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off",
          oib ? ", optimizer in backward" : "", gp == GJ_PREC_BF16 ? "bf16" : "fp32");
+  if (assumed)
+    printf("note: this CPU has no bf16 hardware (AMX-BF16, AVX512_BF16): sized for oneDNN's bf16 "
+           "products on a machine that has it, at the --sgemm-gflops given\n");
   printf("memory per rank:\n");
   printf("  parameters        %12.3f GB\n", ms.params / 1e9);
   printf("  gradients         %12.3f GB\n", ms.grads / 1e9);

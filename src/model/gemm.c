@@ -738,6 +738,13 @@ int gj_gemm_setup(gj_gemm_backend want, gj_precision prec) {
   return 0;
 }
 
+void gj_gemm_assume(gj_gemm_backend b, gj_precision prec) {
+  g_test_copies = 0;
+  g_backend = b == GJ_GEMM_AUTO ? GJ_GEMM_OPENBLAS : b, g_prec = prec;
+  snprintf(g_desc, sizeof g_desc, "%s %s (assumed, not run here)",
+           g_backend == GJ_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS", gj_precision_name(prec));
+}
+
 void gj_gemm_finalize(void) {
   for (size_t i = 0; i < g_cache_cap; i++)
     if (g_cache[i]) dnnl_primitive_destroy(g_cache[i]->prim), free(g_cache[i]);

@@ -54,6 +54,10 @@ const char *gj_precision_name(gj_precision p);
  * asked for (the FMA path), else it is an error. Returns 0 or -1 with the error
  * recorded. Ranks agree through gj_gemm_agree (in src/parallel). */
 int gj_gemm_setup(gj_gemm_backend want, gj_precision prec);
+/* For sizing only (gptj plan for another machine): make b (not auto) and prec the process-wide
+ * choice without checking that this CPU runs them. Buffers are then sized as that backend's
+ * products need them; no product may run. */
+void gj_gemm_assume(gj_gemm_backend b, gj_precision prec);
 /* Check one backend at one precision against the reference (0 if correct). */
 int gj_gemm_selftest(gj_gemm_backend b, gj_precision prec);
 gj_gemm_backend gj_gemm_backend_in_use(void);
