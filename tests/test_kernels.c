@@ -300,6 +300,57 @@ START_TEST(test_linear_bf16) {
 }
 END_TEST
 
+/* bf16 on the FMA units, a few rows (decoding's one token) times a weight read as its rows
+ * (C = A B^T, up to 8 rows): each row of B read once in its own type. Against the
+ * double-precision products of the bf16 operands to float32 accumulation accuracy, over K
+ * beyond one chunk (2048) and a short one, strided A, B and C, alpha and beta (beta 0 not
+ * reading C: NaN there stays out); B as a bf16 copy and as the float it was rounded from give
+ * the same bits; inside a parallel region (the attention tiles') too. */
+START_TEST(test_gemm_bf16_rows) {
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
+  const int64_t Ks[2] = {4100, 77}, N = 300, lda = 4200, ldb = 4111, ldc = 310;
+  float *a = tu_falloc(8 * lda), *b = tu_falloc(N * ldb), *c = tu_falloc(8 * ldc), *c2 = tu_falloc(8 * ldc);
+  double *d = tu_dalloc(N * ldb), *ref = tu_dalloc(8 * N);
+  tu_fill(a, d, 8 * lda, 1.0), tu_fill(b, d, N * ldb, 1.0);
+  gj_bf16 *a16 = calloc(8 * lda, 2), *b16 = calloc(N * ldb, 2);
+  gj_bf16_round(a16, a, 8 * lda), gj_bf16_round(b16, b, N * ldb);
+  for (int ki = 0; ki < 2; ki++)
+    for (int64_t M = 1; M <= 8; M += 3 + (M == 1)) { /* 1, 5, 8 */
+      const int64_t K = Ks[ki];
+      for (int mode = 0; mode < 3; mode++) { /* alpha 1 beta 0 (C NaN), alpha 0.5 beta 1, in a parallel region */
+        const float alpha = mode == 1 ? 0.5f : 1.0f, beta = mode == 1 ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < 8 * ldc; i++) c[i] = c2[i] = mode == 1 ? 2.0f : NAN;
+        if (mode < 2) {
+          gj_gemm(0, 1, M, N, K, alpha, a, NULL, lda, NULL, b16, ldb, beta, c, ldc);
+          gj_gemm(0, 1, M, N, K, alpha, NULL, a16, lda, b, NULL, ldb, beta, c2, ldc);
+        } else {
+#pragma omp parallel num_threads(2)
+          {
+#pragma omp single
+            gj_gemm(0, 1, M, N, K, alpha, a, NULL, lda, NULL, b16, ldb, beta, c, ldc);
+#pragma omp single
+            gj_gemm(0, 1, M, N, K, alpha, NULL, a16, lda, b, NULL, ldb, beta, c2, ldc);
+          }
+        }
+        ref_product(ref, a16, lda, 1, b16, 1, ldb, M, N, K);
+        for (int64_t i = 0; i < M; i++)
+          for (int64_t j = 0; j < N; j++) {
+            ck_assert_msg(!memcmp(&c[i * ldc + j], &c2[i * ldc + j], sizeof(float)), "K %lld M %lld mode %d: copy and "
+                          "float differ at (%lld, %lld)", (long long)K, (long long)M, mode, (long long)i, (long long)j);
+            ref[i * N + j] = alpha * ref[i * N + j] + beta * 2.0;
+            c2[i * N + j] = c[i * ldc + j]; /* densely, for tu_rel (row i at i N <= i ldc: not yet read) */
+          }
+        ck_assert_msg(tu_rel(c2, ref, M * N) <= 1e-6, "K %lld M %lld mode %d: rel %g", (long long)K, (long long)M,
+                      mode, tu_rel(c2, ref, M * N));
+        ck_assert(mode == 1 ? c[N] == 2.0f : isnan(c[N])); /* the padding of row 0 untouched */
+      }
+    }
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+  free(a), free(b), free(c), free(c2), free(d), free(ref), free(a16), free(b16);
+}
+END_TEST
+
 /* bf16 on the FMA units widens an operand a piece at a time (4M floats, K cut at 4096): products
  * whose operands exceed a piece, split along N (the vocabulary head's weight, with its bf16
  * copy), along M (a transposed activation without one) and along K (d x = d logits W), equal
@@ -307,13 +358,14 @@ END_TEST
  * accumulating. */
 START_TEST(test_gemm_bf16_pieces) {
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_BF16), 0);
-  const int64_t M = 3, N = 9000, K = 1000; /* K N = 9M: three pieces of B */
+  /* M 9: more rows than the few-rows kernel takes (test_gemm_bf16_rows) */
+  const int64_t M = 9, N = 9000, K = 1000; /* K N = 9M: three pieces of B */
   float *a = tu_falloc(K * 9000), *b = tu_falloc(N * K), *c = tu_falloc(M * N);
-  double *d = tu_dalloc(N * K), *ref = tu_dalloc(9000 * 3);
+  double *d = tu_dalloc(N * K), *ref = tu_dalloc(9000 * M);
   tu_fill(a, d, K * 9000, 1.0), tu_fill(b, d, N * K, 1.0);
   gj_bf16 *a16 = calloc(K * 9000, 2), *b16 = calloc(N * K, 2);
   gj_bf16_round(a16, a, K * 9000), gj_bf16_round(b16, b, N * K);
-  /* C [3, 9000] = A [3, 1000] B^T, B [9000, 1000] given in bf16 */
+  /* C [9, 9000] = A [9, 1000] B^T, B [9000, 1000] given in bf16 */
   for (int64_t i = 0; i < M * N; i++) c[i] = 1.0f;
   gj_gemm(0, 1, M, N, K, 1.0f, a, NULL, K, NULL, b16, K, 1.0f, c, N);
   ref_product(ref, a16, K, 1, b16, 1, K, M, N, K);
@@ -912,6 +964,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gemm_bf16_pieces);
+  tcase_add_test(tc, test_gemm_bf16_rows);
   tcase_add_test(tc, test_gemm_replay);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_rotary);

@@ -470,9 +470,64 @@ static const float *fma16_operand(scratch *s, const float *X, const gj_bf16 *Xh,
   return t;
 }
 
+/* A few rows (decoding: one token's row) times a weight read as its rows: C[M, N] = alpha A
+ * B^T + beta C with M <= GJ_DOT_MMAX, op(A) = A, op(B) = B^T. Widening all of B to float32
+ * for sgemm would move 10 bytes per weight (read 2, write 4, read 4) for M multiply-adds each;
+ * this reads each row of B once, in its own type (2 bytes from a bf16 copy), widened (or
+ * rounded) a chunk at a time into a thread's buffer that stays in L1, and takes M dot products
+ * with it. One sum order for both kinds of B (the same chunks, the same loop), so a bf16 copy
+ * and the float it was rounded from give the same bits. */
+#define GJ_DOT_MMAX 8
+#define GJ_DOT_CHUNK 2048
+
+GJ_HOT
+static void dot_rows(float *acc, const float *a, int64_t lda, int64_t M, const float *b, int64_t n) {
+  for (int64_t i = 0; i < M; i++) {
+    const float *x = a + i * lda;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < n; k++) s += x[k] * b[k];
+    acc[i] += s;
+  }
+}
+
+GJ_HOT
+static void widen_chunk(float *d, const float *x, const gj_bf16 *xh, int64_t n) {
+  if (xh) {
+#pragma omp simd
+    for (int64_t k = 0; k < n; k++) d[k] = gj_bf16_to_f32(xh[k]);
+  } else {
+    for (int64_t k = 0; k < n; k++) d[k] = gj_bf16_to_f32(gj_f32_to_bf16(x[k]));
+  }
+}
+
+static void bf16_rows_dot(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                          const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh,
+                          int64_t ldb, float beta, float *C, int64_t ldc) {
+  const float *a = fma16_operand(&tl_a, A, Ah, M, K, lda); /* M x K, dense, bf16 values */
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && N * K >= 65536)
+  for (int64_t j = 0; j < N; j++) {
+    float buf[GJ_DOT_CHUNK] __attribute__((aligned(64)));
+    float acc[GJ_DOT_MMAX] = {0};
+    for (int64_t k0 = 0; k0 < K; k0 += GJ_DOT_CHUNK) {
+      const int64_t n = GJ_MIN((int64_t)GJ_DOT_CHUNK, K - k0);
+      widen_chunk(buf, Bh ? NULL : B + j * ldb + k0, Bh ? Bh + j * ldb + k0 : NULL, n);
+      dot_rows(acc, a + k0, K, M, buf, n);
+    }
+    for (int64_t i = 0; i < M; i++) {
+      float *c = C + i * ldc + j;
+      *c = alpha * acc[i] + (beta == 0.0f ? 0.0f : beta * *c);
+    }
+  }
+}
+
 static void bf16_on_fma(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                         const float *A, const gj_bf16 *Ah, int64_t lda, const float *B,
                         const gj_bf16 *Bh, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (!ta && tb && M <= GJ_DOT_MMAX) {
+    bf16_rows_dot(M, N, K, alpha, A, Ah, lda, B, Bh, ldb, beta, C, ldc);
+    return;
+  }
   /* pieces [mb, kb] of op(A) and [kb, nb] of op(B), each within GJ_FMA16_PIECE floats: a long
    * K (the vocabulary in d xf = d logits W) is cut first, so that each operand is widened once */
   const int64_t kb = GJ_MIN(K, GJ_FMA16_KMAX);
