@@ -455,18 +455,20 @@ __attribute__((target("avx512f,avx512bf16"))) static void to_f32_avx512(float *d
   to_f32_generic(d + i, x ? x + i : NULL, xh ? xh + i : NULL, n - i);
 }
 
+/* The same with the conversion instruction where the CPU has it (v: avx512bf16). */
+static void to_f32(float *d, const float *x, const gj_bf16 *xh, int64_t n, int v) {
+  if (v) to_f32_avx512(d, x, xh, n);
+  else to_f32_generic(d, x, xh, n);
+}
+
 /* rows x cols of X (row stride ld; Xh: its bf16 copy, or NULL) densely into float32 scratch. */
 static const float *fma16_operand(scratch *s, const float *X, const gj_bf16 *Xh, int64_t rows,
                                   int64_t cols, int64_t ld) {
   float *t = scratch_get(s, (size_t)rows * cols * sizeof(float));
   const int v = __builtin_cpu_supports("avx512bf16");
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols > 65536)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *x = Xh ? NULL : X + r * ld;
-    const gj_bf16 *xh = Xh ? Xh + r * ld : NULL;
-    if (v) to_f32_avx512(t + r * cols, x, xh, cols);
-    else to_f32_generic(t + r * cols, x, xh, cols);
-  }
+  for (int64_t r = 0; r < rows; r++)
+    to_f32(t + r * cols, Xh ? NULL : X + r * ld, Xh ? Xh + r * ld : NULL, cols, v);
   return t;
 }
 
@@ -491,27 +493,18 @@ static void dot_rows(float *acc, const float *a, int64_t lda, int64_t M, const f
   }
 }
 
-GJ_HOT
-static void widen_chunk(float *d, const float *x, const gj_bf16 *xh, int64_t n) {
-  if (xh) {
-#pragma omp simd
-    for (int64_t k = 0; k < n; k++) d[k] = gj_bf16_to_f32(xh[k]);
-  } else {
-    for (int64_t k = 0; k < n; k++) d[k] = gj_bf16_to_f32(gj_f32_to_bf16(x[k]));
-  }
-}
-
 static void bf16_rows_dot(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                           const gj_bf16 *Ah, int64_t lda, const float *B, const gj_bf16 *Bh,
                           int64_t ldb, float beta, float *C, int64_t ldc) {
   const float *a = fma16_operand(&tl_a, A, Ah, M, K, lda); /* M x K, dense, bf16 values */
+  const int v = __builtin_cpu_supports("avx512bf16");
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && N * K >= 65536)
   for (int64_t j = 0; j < N; j++) {
     float buf[GJ_DOT_CHUNK] __attribute__((aligned(64)));
     float acc[GJ_DOT_MMAX] = {0};
     for (int64_t k0 = 0; k0 < K; k0 += GJ_DOT_CHUNK) {
       const int64_t n = GJ_MIN((int64_t)GJ_DOT_CHUNK, K - k0);
-      widen_chunk(buf, Bh ? NULL : B + j * ldb + k0, Bh ? Bh + j * ldb + k0 : NULL, n);
+      to_f32(buf, Bh ? NULL : B + j * ldb + k0, Bh ? Bh + j * ldb + k0 : NULL, n, v);
       dot_rows(acc, a + k0, K, M, buf, n);
     }
     for (int64_t i = 0; i < M; i++) {
