@@ -38,7 +38,7 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
     else if (!f.avx512_bf16)
       gj_info("--precision bf16 on a CPU without AMX-BF16 or AVX512_BF16: the products run on the fp32 "
               "FMA units on bfloat16 values (same results as bf16 products, float32 sums), at fp32's "
-              "speed at best, in less activation memory");
+              "speed at best (decoding, which reads each weight once, reads half its bytes), in less memory");
     else if (chosen)
       gj_info("--precision bf16 without AMX: the products run on the fp32 FMA units on bfloat16 "
               "values (same results as bf16 products, float32 sums), faster here than AVX512_BF16; "
