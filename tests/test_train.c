@@ -259,6 +259,55 @@ START_TEST(test_plan_precision) {
 }
 END_TEST
 
+/* OpenBLAS's kernel is gptj's choice for the CPU, not the environment's: whatever
+ * OPENBLAS_CORETYPE says (unset, OpenBLAS picks by itself), the same kernel runs and training
+ * gives the same losses, bit for bit. Ranks that run different kernels (set here with
+ * GJ_OPENBLAS_CORETYPE, as CPUs of different kinds would) are told so. */
+START_TEST(test_blas_kernel) {
+  static const char *envs[] = {"-u OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE=Prescott", "OPENBLAS_CORETYPE=Haswell",
+                               "OPENBLAS_CORETYPE=Zen", "OPENBLAS_CORETYPE=Cooperlake", "OPENBLAS_CORETYPE=SkylakeX"};
+  char args[2048], log[1400], run[1400], kernel[64] = "";
+  double ref[16], got[16];
+  snprintf(log, sizeof log, "%s/kernel.log", OUT);
+  for (int i = 0; i < (int)(sizeof envs / sizeof *envs); i++) {
+    snprintf(run, sizeof run, "%s/kernel%d", OUT, i);
+    sh("rm -rf %s", run);
+    int rc = sh("env %s GJ_OPENBLAS_CORETYPE= timeout -k 10 300 %s/gptj train %s --data %s --steps 3 "
+                "--micro-batch 4 --precision fp32 --gemm openblas --run-dir %s --log-every 1 >%s 2>&1",
+                envs[i], B_, COMMON, DATA, run, log);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 0);
+    char k[64] = "";
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+      const char *p = strstr(line, "GEMM: OpenBLAS ");
+      if (p && sscanf(p, "GEMM: OpenBLAS %63s kernel", k) == 1) break;
+    }
+    if (f) fclose(f);
+    ck_assert_msg(*k, "%s: no kernel named in the log", envs[i]);
+    ck_assert_int_eq(read_losses(run, i ? got : ref, 16, NULL), 3);
+    if (i == 0) {
+      snprintf(kernel, sizeof kernel, "%s", k);
+      continue;
+    }
+    ck_assert_msg(!strcmp(k, kernel), "%s: kernel %s, unset: %s", envs[i], k, kernel);
+    for (int s = 0; s < 3; s++)
+      ck_assert_msg(got[s] == ref[s], "%s: step %d loss %.9g vs %.9g", envs[i], s + 1, got[s], ref[s]);
+  }
+  /* two ranks, two kernels (both run on any x86-64 CPU with AVX2) */
+  snprintf(run, sizeof run, "%s/kernel_mixed", OUT);
+  sh("rm -rf %s", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps 1 --micro-batch 4 --precision fp32 --gemm openblas "
+           "--run-dir %s", COMMON, DATA, run);
+  int rc = sh("timeout -k 10 300 %s -np 1 -x GJ_OPENBLAS_CORETYPE=Haswell %s/gptj %s : -np 1 -x "
+              "GJ_OPENBLAS_CORETYPE=Prescott %s/gptj %s >%s 2>&1", MPI_, B_, args, B_, args, log);
+  if (rc) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(sh("grep -q 'warning: ranks run different OpenBLAS kernels (this rank: Haswell' %s", log), 0);
+}
+END_TEST
+
 int main(void) {
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "train")) return 1;
   Suite *s = suite_create("train");
@@ -272,5 +321,6 @@ int main(void) {
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
   TU_ADD(s, test_bench, NULL, 900);
+  TU_ADD(s, test_blas_kernel, NULL, 900);
   return tu_run(s);
 }

@@ -26,6 +26,15 @@ int gj_cli_gemm_setup(const char *gemm, const char *precision, gj_comm world) {
     rc = gj_gemm_setup(GJ_GEMM_ONEDNN, p);
     GJ_AGREE(world, rc);
   }
+  if (gj_gemm_backend_in_use() == GJ_GEMM_OPENBLAS) {
+    /* the same kernel on every rank, or the ranks' products round differently */
+    unsigned h = 2166136261u;
+    for (const char *c = gj_blas_core(); *c; c++) h = (h ^ (unsigned char)(*c | 0x20)) * 16777619u;
+    GJ_TRY(gj_same_int(world, (int)(h & 0x7fffffff), &same));
+    if (!same && gj_log_rank() == 0)
+      gj_warn("ranks run different OpenBLAS kernels (this rank: %s; CPUs of different kinds?), so their "
+              "products round differently; GJ_OPENBLAS_CORETYPE=NAME sets one kernel for all", gj_blas_core());
+  }
   gj_cpu_features f;
   gj_cpu_detect(&f);
   if (p == GJ_PREC_BF16 && !f.amx_bf16 && gj_log_rank() == 0) {

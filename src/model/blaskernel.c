@@ -5,7 +5,8 @@
  * program with the variable set. Debian's 0.3.21 does not know recent Intel cores and falls
  * back to its generic Prescott (SSE3) kernel on them; and some OpenBLAS builds compute wrong
  * results (or crash) with some kernels on some CPUs. So gptj picks the widest kernel the CPU
- * runs (SkylakeX with AVX-512, Haswell with AVX2 + FMA), whatever OPENBLAS_CORETYPE says,
+ * runs (SkylakeX with AVX-512, Haswell with AVX2 + FMA), whatever OPENBLAS_CORETYPE says
+ * (the same kernel on the same CPU however the job was launched),
  * checks it against a double-precision product in a forked child (a crash there is only a
  * failed check), and falls back SkylakeX -> Haswell -> Prescott with a warning if it fails.
  * GJ_OPENBLAS_CORETYPE=NAME imposes a kernel (still checked). */
@@ -36,17 +37,6 @@ static const char *wanted_core(void) {
   if (f.avx512) return "SkylakeX";
   if (f.avx2) return "Haswell";
   return NULL;
-}
-
-/* Kernels OpenBLAS picks by itself that are as wide as what we would ask for. */
-static int same_or_wider(const char *core, const char *want) {
-  if (!strcasecmp(core, want)) return 1;
-  static const char *avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
-  int want512 = 0, core512 = 0;
-  for (int i = 0; avx512[i]; i++) want512 |= !strcasecmp(want, avx512[i]), core512 |= !strcasecmp(core, avx512[i]);
-  if (want512) return core512;
-  if (!strcasecmp(want, "Haswell")) return core512 || !strcasecmp(core, "Zen");
-  return 0;
 }
 
 /* sgemm in all four transpositions against a double loop, in a child process. */
@@ -106,9 +96,12 @@ void gj_blas_select_kernel(char **argv) {
   const char *core = openblas_get_corename();
   const char *tried = getenv("GJ_BLAS_REEXEC"); /* the kernel a previous exec asked for */
   if (!tried) {
-    const char *want = wanted_core(), *user = getenv("GJ_OPENBLAS_CORETYPE");
-    int have = want && (user && *user ? !strcasecmp(core, want) : same_or_wider(core, want));
-    if (want && !have) {
+    /* exactly the wanted kernel, not one OpenBLAS found as wide by itself: its own pick
+     * depends on OPENBLAS_CORETYPE in the environment (on a Zen 5, Cooperlake unset and
+     * whatever it names set), and kernels of the same width sum in different orders, so a
+     * job's results would depend on how it was launched */
+    const char *want = wanted_core();
+    if (want && strcasecmp(core, want)) {
       reexec(argv, want);
       return;
     }
