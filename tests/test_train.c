@@ -202,6 +202,12 @@ START_TEST(test_bench) {
                       "sys.exit(not (d['dp'] == 2 and d['step_s'] > 0 and d['gemm_replay_s'] > 0 and "
                       "d['gemm_replay_s'] < 3 * d['step_s'] and d['gemm_eff'] > 0 and d['gemm_eff_best'] > 0 and "
                       "d['gemm_best_flops_per_s'] > 0 and d['peak_rss_bytes'] > 0))\"", OUT), 0);
+  /* with no shape given it runs: T is 256, or the model's n_positions where that is less */
+  snprintf(log, sizeof log, "%s/bench-default.log", OUT);
+  rc = gptj(0, "bench --micro-batch 1 --steps 1 --warmup 0", log);
+  if (rc) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(sh("grep -q '^bench: tiny (preset), B 1, T 128,' %s", log), 0);
 }
 END_TEST
 

@@ -72,10 +72,11 @@ static int synthetic_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 
 static int parse(bench_ctx *x, int argc, char **argv) {
   bench_opts *o = &x->o;
-  *o = (bench_opts){.B = 8, .T = 256, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32"};
+  *o = (bench_opts){.B = 8, .T = 0, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32"};
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &o->B, "sequences per rank per step", 1, 1 << 20},
-      {"seq-len", GJ_OPT_I64, &o->T, "tokens per sequence", 1, 1 << 20},
+      {"seq-len", GJ_OPT_I64, &o->T, "tokens per sequence (0: 256, or n_positions where that is less)", 0,
+       1 << 20},
       {"steps", GJ_OPT_I64, &o->steps, "measured steps (the median is reported)", 1, 1e6},
       {"warmup", GJ_OPT_I64, &o->warmup, "steps run before measuring", 0, 1e6},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
@@ -98,6 +99,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
                               "against each product's best-of-repetitions rate.");
   if (rc) return rc;
   x->c = x->mo.config;
+  if (o->T == 0) o->T = GJ_MIN(256, x->c.n_positions); /* the benchmark shape; tiny has 128 positions */
   if (o->T > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->T, (long long)x->c.n_positions);
   if (o->json) GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", o->json}, 1, NULL, 0)); /* before the work */
