@@ -198,6 +198,9 @@ START_TEST(test_bench) {
   if (rc) sh("cat %s >&2", log);
   ck_assert_int_eq(rc, 0);
   ck_assert_int_eq(sh("grep -q 'GEMM efficiency .*replayed alone right after each step' %s", log), 0);
+  /* a progress line a step, once (rank 0's), the warmup's named */
+  ck_assert_int_eq(sh("test $(grep -c '^step [1-4]/4\\( (warmup)\\)\\?: [0-9.]* s' %s) -eq 4 && "
+                      "grep -q '^step 1/4 (warmup): ' %s", log, log), 0);
   ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, sys; d = json.load(open('%s/bench.json')); "
                       "sys.exit(not (d['dp'] == 2 and d['step_s'] > 0 and d['gemm_replay_s'] > 0 and "
                       "d['gemm_replay_s'] < 3 * d['step_s'] and d['gemm_eff'] > 0 and d['gemm_eff_best'] > 0 and "

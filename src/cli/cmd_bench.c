@@ -202,6 +202,15 @@ static int run_steps(bench_ctx *x) {
       x->prof[GJ_PROF_N] += out.dp_wait_s / o->steps; /* exposed DP wait */
       x->prof[GJ_PROF_N + 1] += out.optim_s / o->steps; /* optimizer (norm, AdamW, ZeRO gather) */
     }
+    if (rc) break;
+    /* progress: a step of the GPT-J-6B width takes a quarter of a minute here */
+    const double rp = measured ? x->rp_s[s - o->warmup] : 0;
+    if (rp > 0)
+      gj_info("step %lld/%lld: %.3f s, its products replayed alone %.3f s", (long long)(s + 1),
+              (long long)(o->warmup + o->steps), t2 - t0, rp);
+    else
+      gj_info("step %lld/%lld%s: %.3f s", (long long)(s + 1), (long long)(o->warmup + o->steps),
+              measured ? "" : " (warmup)", t2 - t0);
   }
   x->m.prof = NULL;
   return gj_agree(x->g.world, rc);
@@ -256,7 +265,8 @@ static int figures(bench_ctx *x, bench_figures *f) {
   return 0;
 }
 
-static void print_figures(const bench_ctx *x, const bench_figures *f) {
+/* What runs, before the steps (their progress lines follow it). */
+static void print_header(const bench_ctx *x) {
   const bench_opts *o = &x->o;
   const gj_modelopts *mo = &x->mo;
   gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld%s",
@@ -264,6 +274,10 @@ static void print_figures(const bench_ctx *x, const bench_figures *f) {
           (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(), (long long)o->zero,
           (long long)o->recompute, o->oib ? ", optimizer in backward (no clipping)" : "");
   gj_info("GEMM: %s", gj_gemm_describe());
+}
+
+static void print_figures(const bench_ctx *x, const bench_figures *f) {
+  const bench_opts *o = &x->o;
   gj_info("step %.3f s (median of %lld; min %.3f, max %.3f) | %.1f tokens/s", f->step, (long long)o->steps,
           x->st_s[0], x->st_s[o->steps - 1], f->tps);
   gj_info("time per step (mean %.3f s):", f->mean);
@@ -324,6 +338,7 @@ int gj_cmd_bench(int argc, char **argv) {
   int rc = parse(&x, argc, argv);
   if (rc) return rc > 0 ? 0 : rc;
   rc = setup(&x);
+  if (!rc) print_header(&x);
   if (!rc) rc = run_steps(&x);
   if (!rc) rc = report(&x);
   bench_free(&x);
