@@ -270,7 +270,7 @@ rows=(
 "0|--steps: missing value|train --data $w/ok.h5 --steps"
 "0|--steps: expected an integer, got 'ten'|train --data $w/ok.h5 --steps ten"
 "0|--lr: -1 is out of range|train --data $w/ok.h5 --lr -1"
-"0|--micro-batch: 0 is out of range|train --data $w/ok.h5 --micro-batch 0"
+"0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
 "0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"
 "0|rotary_dim 32 is larger than the head dimension 16|train --data $w/ok.h5 --config $w/rot.conf"
 "0|typo.conf:2: unknown key 'n_hed'|train --data $w/ok.h5 --config $w/typo.conf"

@@ -32,7 +32,8 @@ static int set_opt(const gj_opt *o, const char *v) {
     int64_t x;
     if (gj_parse_i64(v, &x)) return GJ_FAIL("--%s: expected an integer, got '%s'", o->name, v);
     if (o->min <= o->max && (x < o->min || x > o->max))
-      return GJ_FAIL("--%s: %lld is out of range [%g, %g]", o->name, (long long)x, o->min, o->max);
+      return GJ_FAIL("--%s: %lld is out of range [%lld, %lld]", o->name, (long long)x, (long long)o->min,
+                     (long long)o->max);
     *(int64_t *)o->dst = x;
     return 0;
   }
