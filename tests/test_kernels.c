@@ -564,9 +564,11 @@ START_TEST(test_rotary) {
   tu_fd(rot_loss, &c, xd, n, gd);
   ck_assert_double_le(tu_rel(r, gd, n), BWD_TOL);
   free(x), free(r), free(cs), free(sn), free(xd), free(yd), free(rd), free(gd);
-  /* the backward into bf16 (bf16 training's d q, d k): the float one rounded, bit for bit, its
-   * input untouched; heads wider than its chunk of 512, rotary dims across chunk edges */
-  static const int64_t hr[][2] = {{10, 6}, {64, 64}, {1100, 1030}, {1100, 4}};
+  /* into bf16 (bf16 training's copies of q, k and of d q, d k): the float rotation rounded, bit
+   * for bit, the input untouched; heads wider than a chunk of 512, rotary dims across chunk
+   * edges, partial rotary, row by row (gj_rotary_row16, both ways) and into the head-major
+   * layout (gj_rotary_heads16, forward) */
+  static const int64_t hr[][2] = {{10, 6}, {64, 64}, {64, 16}, {1100, 1030}, {1100, 4}};
   for (size_t k = 0; k < sizeof hr / sizeof hr[0]; k++) {
     const int64_t B = 2, T = 3, Hl = 2, Hd = hr[k][0], R = hr[k][1], ld = Hl * Hd + 3, m = B * T * ld;
     float *d = tu_falloc(m), *d0 = tu_falloc(m), *ct = tu_falloc(8 * R / 2), *st = tu_falloc(8 * R / 2);
@@ -574,12 +576,29 @@ START_TEST(test_rotary) {
     tu_fill(d, NULL, m, 2.0);
     memcpy(d0, d, m * sizeof(float));
     gj_rotary_table(ct, st, 8, R);
-    ck_assert_ptr_eq(gj_rotary_backward16(o16, d, ct, st, B, T, Hl, Hd, R, 2, ld), o16);
-    ck_assert_int_eq(memcmp(d, d0, m * sizeof(float)), 0);
-    gj_rotary_backward(d, ct, st, B, T, Hl, Hd, R, 2, ld);
-    for (int64_t row = 0; row < B * T; row++) gj_bf16_round(r16 + row * ld, d + row * ld, (size_t)(Hl * Hd));
-    for (int64_t row = 0; row < B * T; row++)
-      ck_assert_int_eq(memcmp(o16 + row * ld, r16 + row * ld, Hl * Hd * 2), 0);
+    for (int sign = -1; sign <= 1; sign += 2) {
+      for (int64_t row = 0; row < B * T; row++)
+        for (int64_t h = 0; h < Hl; h++)
+          gj_rotary_row16(o16 + row * ld + h * Hd, d + row * ld + h * Hd, ct + (2 + row % T) * R / 2,
+                          st + (2 + row % T) * R / 2, Hd, R, (float)sign);
+      ck_assert_int_eq(memcmp(d, d0, m * sizeof(float)), 0);
+      float *e = tu_falloc(m);
+      memcpy(e, d, m * sizeof(float));
+      if (sign < 0) gj_rotary_backward(e, ct, st, B, T, Hl, Hd, R, 2, ld);
+      else gj_rotary_forward(e, ct, st, B, T, Hl, Hd, R, 2, ld);
+      for (int64_t row = 0; row < B * T; row++) gj_bf16_round(r16 + row * ld, e + row * ld, (size_t)(Hl * Hd));
+      for (int64_t row = 0; row < B * T; row++)
+        ck_assert_int_eq(memcmp(o16 + row * ld, r16 + row * ld, Hl * Hd * 2), 0);
+      if (sign > 0) { /* head-major, positions from 0 */
+        memcpy(e, d, m * sizeof(float));
+        gj_rotary_forward(e, ct, st, B, T, Hl, Hd, R, 0, ld);
+        gj_attention_heads16(r16, e, B, T, Hl, Hd, ld);
+        gj_rotary_heads16(o16, d, ct, st, B, T, Hl, Hd, R, ld);
+        ck_assert_int_eq(memcmp(d, d0, m * sizeof(float)), 0);
+        ck_assert_int_eq(memcmp(o16, r16, B * T * Hl * Hd * 2), 0);
+      }
+      free(e);
+    }
     free(d), free(d0), free(ct), free(st), free(o16), free(r16);
   }
 }
@@ -631,7 +650,7 @@ static void check_attention_tol(int64_t B, int64_t T, int64_t Hl, int64_t Hd, in
   att_ctx c = {B, T, Hl, Hd, NULL};
   size_t n = B * T * Hl * Hd, ld = Hl * Hd;
   float *th = tu_falloc(3 * n), *o = tu_falloc(n), *lse = tu_falloc(B * Hl * T);
-  float *r = tu_falloc(n), *g = tu_falloc(3 * n);
+  float *r = tu_falloc(n), *g = tu_falloc(3 * n), *delta = tu_falloc(B * Hl * T);
   float *scratch = tu_falloc(gj_attention_scratch_floats(omp_get_max_threads(), T, Hd));
   double *thd = tu_dalloc(3 * n), *od = tu_dalloc(n), *lsed = tu_dalloc(B * Hl * T);
   double *rd = tu_dalloc(n), *gd = tu_dalloc(3 * n);
@@ -654,8 +673,9 @@ static void check_attention_tol(int64_t B, int64_t T, int64_t Hl, int64_t Hd, in
       for (size_t e = 0; e < ld; e++)
         ck_assert_float_eq_tol(oq[(b * Tq + t) * ld + e], o[(b * T + T - Tq + t) * ld + e], ftol);
   if (fd) {
-    gj_attention_backward(g, g + n, g + 2 * n, r, o, NULL, lse, th, th + n, th + 2 * n, NULL, scratch, B,
-                          T, Hl, Hd, ld);
+    gj_attention_backward_prep(delta, NULL, r, o, NULL, B, T, Hl, Hd, ld);
+    gj_attention_backward(g, g + n, g + 2 * n, NULL, r, delta, lse, th, th + n, th + 2 * n, NULL,
+                          scratch, B, T, Hl, Hd, ld);
     tu_fd(att_loss, &c, thd, 3 * n, gd);
     for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), btol);
   }
@@ -665,13 +685,39 @@ static void check_attention_tol(int64_t B, int64_t T, int64_t Hl, int64_t Hd, in
                          T * ld, ld, T * ld);
     gj_bf16_round(r16, o, n);
     ck_assert(!memcmp(o16, r16, n * sizeof(gj_bf16)));
-    gj_attention_backward(g, g + n, g + 2 * n, r, NULL, o16, lse, th, th + n, th + 2 * n, NULL, scratch,
-                          B, T, Hl, Hd, ld);
+    /* the bf16 copy alone (bf16 training's: no float output): the same bits */
+    memset(r16, 0, n * sizeof(gj_bf16));
+    gj_attention_forward(NULL, r16, lse, th, th + n, th + 2 * n, NULL, T, scratch, B, T, T, Hl, Hd, ld, ld,
+                         T * ld, ld, T * ld);
+    ck_assert(!memcmp(o16, r16, n * sizeof(gj_bf16)));
+    /* the first pass reading the output's bf16 copy, writing d out's head-major copy */
+    gj_bf16 *r16h = calloc(n, sizeof(gj_bf16)), *e16h = calloc(n, sizeof(gj_bf16));
+    gj_attention_backward_prep(delta, r16h, r, NULL, o16, B, T, Hl, Hd, ld);
+    gj_attention_heads16(e16h, r, B, T, Hl, Hd, ld);
+    ck_assert_int_eq(memcmp(r16h, e16h, n * sizeof(gj_bf16)), 0);
+    free(r16h), free(e16h);
+    gj_attention_backward(g, g + n, g + 2 * n, NULL, r, delta, lse, th, th + n, th + 2 * n, NULL,
+                          scratch, B, T, Hl, Hd, ld);
     for (int j = 0; j < 3; j++) ck_assert_double_le(tu_rel(g + j * n, gd + j * n, n), btol);
+    /* the gradients straight into bf16 (bf16 training's), d q and d k rotated back: the float
+     * ones rotated back and rounded, bit for bit, the float outputs not written */
+    const int64_t R = Hd > 2 ? (Hd - 2) / 2 * 2 : Hd;
+    float *cs = tu_falloc(T * R / 2), *sn = tu_falloc(T * R / 2), *g2 = tu_falloc(3 * n);
+    gj_bf16 *d16 = calloc(3 * n, sizeof(gj_bf16)), *e16 = calloc(3 * n, sizeof(gj_bf16));
+    gj_rotary_table(cs, sn, T, R);
+    for (size_t i = 0; i < 3 * n; i++) g2[i] = -1.0f;
+    gj_attn_grad16 out16 = {d16, d16 + n, d16 + 2 * n, cs, sn, R};
+    gj_attention_backward(g2, g2 + n, g2 + 2 * n, &out16, r, delta, lse, th, th + n, th + 2 * n,
+                          NULL, scratch, B, T, Hl, Hd, ld);
+    for (size_t i = 0; i < 3 * n; i++) ck_assert_float_eq(g2[i], -1.0f);
+    for (int j = 0; j < 2; j++) gj_rotary_backward(g + j * n, cs, sn, B, T, Hl, Hd, R, 0, ld);
+    gj_bf16_round(e16, g, 3 * n);
+    ck_assert_int_eq(memcmp(d16, e16, 3 * n * sizeof(gj_bf16)), 0);
+    free(cs), free(sn), free(g2), free(d16), free(e16);
     free(o16), free(r16);
   }
   free(th), free(o), free(lse), free(r), free(g), free(scratch), free(thd), free(od), free(lsed);
-  free(rd), free(gd), free(oq);
+  free(rd), free(gd), free(oq), free(delta);
 }
 
 static void check_attention(int64_t B, int64_t T, int64_t Hl, int64_t Hd, int fd) {

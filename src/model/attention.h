@@ -15,7 +15,7 @@ size_t gj_attention_scratch_floats(int nthreads, int64_t Tk, int64_t Hd);
 
 /* Query row t of batch b (absolute position pos0 + t, pos0 = Tk - Tq) sees keys 0..pos0+t.
  * out [B, Tq, Hl*Hd] (row stride ldo, batch stride Tq*ldo); out16: NULL, or out's bf16 copy
- * in the same layout, written too;
+ * in the same layout, written too (out may then be NULL: the bf16 copy alone is written);
  * lse [B, Hl, Tq] (NULL allowed);
  * q [B, Tq rows, stride ldq; batch stride qbs]; k, v [B, Tk rows, stride ldk; batch stride kbs];
  * qkv16: NULL, or bfloat16 copies of q, k, v for bf16 precision, head-major [B, Hl, Tq, Hd]
@@ -35,12 +35,31 @@ void gj_attention_heads16(gj_bf16 *dst, const float *src, int64_t B, int64_t T, 
 /* The same into rows t0 .. t0+T-1 of dst [B, Hl, Tc, Hd] (a KV cache of Tc positions). */
 void gj_attention_heads16_at(gj_bf16 *dst, int64_t Tc, int64_t t0, const float *src, int64_t B,
                              int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
+/* bf16 training's outputs of the attention backward (gj_attention_backward's g16): d q and
+ * d k inverse-rotated (gj_rotary_backward; cos, sin: the table, row t at position t, R rotary
+ * dims) and d v, each rounded to bfloat16 into [B*T, ld] as the float ones would be laid out,
+ * in one pass from the head's dense sums: the float ones are never written. */
+typedef struct {
+  gj_bf16 *dq, *dk, *dv;
+  const float *cos, *sin;
+  int64_t R;
+} gj_attn_grad16;
+/* The first pass of the backward (Tq = Tk = T, row strides ld, batch strides T*ld), over the
+ * rows in order: delta [B, Hl, T] = the row sums of dout * out per head (out16: NULL, or out's
+ * bf16 copy, read instead of out, which may then be NULL), and dout16 (if not NULL) dout's
+ * head-major bfloat16 copy [B, Hl, T, Hd], in the same pass. (Summed per head inside the
+ * backward's loop instead, these rows were read with a stride and from memory: most of its
+ * time outside the products.) */
+void gj_attention_backward_prep(float *delta, gj_bf16 *dout16, const float *dout, const float *out,
+                                const gj_bf16 *out16, int64_t B, int64_t T, int64_t Hl, int64_t Hd,
+                                int64_t ld);
 /* Backward for Tq = Tk = T, all row strides ld, batch strides T*ld.
- * dq, dk, dv [B*T, ld] (written, not accumulated); dout, out [B*T, ld] (out16: NULL, or out's
- * bf16 copy, read instead of out, which may then be NULL); lse [B, Hl, T];
+ * dq, dk, dv [B*T, ld] (written, not accumulated; with g16 not at all, and may be NULL);
+ * dout [B*T, ld] (not read where qkvd16 has its copy); delta [B, Hl, T] from
+ * gj_attention_backward_prep; lse [B, Hl, T];
  * qkvd16: NULL, or head-major bfloat16 copies of q, k, v and dout (as for the forward). */
-void gj_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const gj_bf16 *out16, const float *lse, const float *q, const float *k,
-                           const float *v, const gj_bf16 *const qkvd16[4], float *scratch,
-                           int64_t B, int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
+void gj_attention_backward(float *dq, float *dk, float *dv, const gj_attn_grad16 *g16,
+                           const float *dout, const float *delta, const float *lse, const float *q,
+                           const float *k, const float *v, const gj_bf16 *const qkvd16[4],
+                           float *scratch, int64_t B, int64_t T, int64_t Hl, int64_t Hd, int64_t ld);
 #endif

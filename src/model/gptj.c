@@ -38,7 +38,7 @@ static const gj_bf16 *round16(gj_bf16 *dst, const float *src, int64_t n) {
 /* The activation arena's buffers, in order, with their sizes in floats. pin: never in the
  * head gradient's memory (a late head gradient, act_place): read by the late product or kept
  * across steps; glue: right after the previous buffer (dq .. dact hold the head's bf16 copy). */
-#define GJ_ACT_ITEMS 40
+#define GJ_ACT_ITEMS 41
 enum { DQ = 6 }; /* the index of dq, the first of the run dq .. dact */
 typedef struct {
   float **p;
@@ -85,8 +85,9 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * the late product reads (in bf16 their bf16 copies: dlg16) */
   size_t Nlg = dec ? 1 : (training || fwd) && !(late && !bf) ? GJ_MIN(N, (size_t)GJ_HEAD_ROWS) : N;
   /* bf16 copies (in floats: two per float): the ln_1 output, the block-output gradient, and
-   * one more gradient operand (d act, d q/k/v or a block of d logits) */
-  size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, Dl)), late ? 0 : smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
+   * the gradient operands of one product group (d act, d q, d k and d v together, or a block
+   * of d logits) */
+  size_t g16 = GJ_MAX(smul(N, GJ_MAX(Fl, 3 * Dl)), late ? 0 : smul(GJ_MIN(N, (size_t)GJ_HEAD_ROWS), Vl));
   /* bf16 training: q, k, v and the fc_in output per layer as bf16 copies only, the ln_1
    * output not at all (see lean_qkv); bf16 decode: the KV cache in bfloat16 only, the float k, v one layer's new rows */
   int lean = bf && training, kv16 = bf && dec;
@@ -130,6 +131,7 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
       {&a->ce_acc, nograd ? 0 : gj_ce_backward_scratch(nthreads, Vl), 0, 0},
       {&a->y, ND, 0, 0}, {&a->dx, gD, 0, 0}, {&a->dh, gD, 0, 0},
       {&a->attn_scratch, gj_attention_scratch_floats(nthreads, Tmax, gj_config_head_dim(c)), 0, 0},
+      {&a->attn_delta, nograd ? 0 : smul(N, Hl), 0, 0},
       {(float **)&a->ids, N, 0, 0}, {(float **)&a->targets, N, 0, 0},
       {(float **)&a->h16, bf ? shalf(ND) : 0, 0, 0},
       {(float **)&a->dx16, bf && !nograd ? shalf(ND) : 0, 0, 0},
@@ -409,8 +411,12 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   TIMED(GJ_PROF_GEMM, gj_linear_forward(b->q, b->h, h16, p->wq, W16(p->wq), NULL, N, D, Dl, 0);
         gj_linear_forward(kn, b->h, h16, p->wk, W16(p->wk), NULL, N, D, Dl, 0);
         gj_linear_forward(vn, b->h, h16, p->wv, W16(p->wv), NULL, N, D, Dl, 0));
-  TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
-        gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
+  /* bf16 training rotates q and k on their way into their bf16 copies (below): the float ones,
+   * work buffers only there, are not read again */
+  const int lean = lean_qkv(m);
+  if (!lean)
+    TIMED(GJ_PROF_ELEM, gj_rotary_forward(b->q, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl);
+          gj_rotary_forward(kn, a->rot_cos, a->rot_sin, B, T, Hl, Hd, R, pos0, Dl));
   const gj_bf16 *qkv16[3] = {NULL, NULL, NULL};
   int64_t Tkc = Tk; /* rows per head of the k, v copies */
   if (b->kv16) { /* q's copy; the new keys and values rounded into the cache at pos0 */
@@ -423,12 +429,16 @@ static void layer_acts(gj_model *m, int64_t l, const gj_block_bufs *b, int64_t B
   } else if (b->qkv16) {
     const float *src[3] = {b->q, b->k, b->v};
     const int64_t NC = m->Bmax * m->Tmax;
+    assert(!lean || pos0 == 0);
     for (int j = 0; j < 3; j++)
-      TIMED(GJ_PROF_ELEM, gj_attention_heads16(b->qkv16 + j * NC * Dl, src[j], B, T, Hl, Hd, Dl);
+      TIMED(GJ_PROF_ELEM, if (lean && j < 2) gj_rotary_heads16(b->qkv16 + j * NC * Dl, src[j], a->rot_cos,
+                                                               a->rot_sin, B, T, Hl, Hd, R, Dl);
+            else gj_attention_heads16(b->qkv16 + j * NC * Dl, src[j], B, T, Hl, Hd, Dl);
             qkv16[j] = b->qkv16 + j * NC * Dl);
   }
-  /* with a bf16 cache the float k, v (the new rows only) are not read: their copies are */
-  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att, b->att16, b->lse, b->q, b->k, b->v, qkv16, Tkc,
+  /* with a bf16 cache the float k, v (the new rows only) are not read: their copies are; with
+   * the output's bf16 copy (lean) the float output is not written: the copy is all that is read */
+  TIMED(GJ_PROF_ATTN, gj_attention_forward(b->att16 ? NULL : b->att, b->att16, b->lse, b->q, b->k, b->v, qkv16, Tkc,
                                            a->attn_scratch, B, T, Tk, Hl, Hd, Dl, Dl, T * Dl, Dl,
                                            Tk * Dl));
   /* bf16 training reads fc_in's output only through its bf16 copy: where the products read
@@ -640,36 +650,37 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
         gj_linear_backward(a->datt, gp->wo, NULL, a->dx, dx16, lb.att16 ? NULL : att, lb.att16,
                            p->wo, W16(p->wo), N, Dl, D, 0));
   /* bf16: head-major copies of q, k, v (kept from forward when lean, else rounded again
-   * from the float ones) and of d att */
+   * from the float ones) and of d att (rounded in the attention's first pass) */
   const gj_bf16 *qkvd16[4] = {NULL, NULL, NULL, NULL};
   if (lb.qkv16) {
-    const float *qkvd[4] = {q, k, v, a->datt};
-    for (int j = 0; j < 4; j++) {
-      gj_bf16 *dst = j < 3 ? lb.qkv16 + j * NC * Dl : lb.datt16;
-      if (j == 3 || !lean_qkv(m))
-        TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkvd[j], B, T, Hl, Hd, Dl));
+    const float *qkv[3] = {q, k, v};
+    for (int j = 0; j < 3; j++) {
+      gj_bf16 *dst = lb.qkv16 + j * NC * Dl;
+      if (!lean_qkv(m)) TIMED(GJ_PROF_ELEM, gj_attention_heads16(dst, qkv[j], B, T, Hl, Hd, Dl));
       qkvd16[j] = dst;
     }
+    qkvd16[3] = lb.datt16;
   }
-  TIMED(GJ_PROF_ATTN, gj_attention_backward(a->dq, a->dk, a->dv, a->datt, lb.att16 ? NULL : att,
-                                            lb.att16, lse, q, k, v, qkvd16,
-                                            a->attn_scratch, B, T, Hl, Hd, Dl));
-  /* the inverse rotation of d q and d k: in place in float32; in bf16 straight into the bf16
-   * copy their products read (one pass, the float not written) */
+  /* bf16: d q, d k (inverse-rotated) and d v go straight from the attention's sums into their
+   * bf16 copies, three [N, Dl] in g16 (idle since fc_in's products), which their products read;
+   * float32: into dq, dk, dv, then d q and d k rotated back in place */
   const float *cs = a->rot_cos, *sn = a->rot_sin;
   const int64_t R = c->rotary_dim;
+  gj_attn_grad16 d16 = {a->g16, a->g16 + N * Dl, a->g16 + 2 * N * Dl, cs, sn, R};
+  TIMED(GJ_PROF_ATTN, gj_attention_backward_prep(a->attn_delta, lb.datt16, a->datt, lb.att16 ? NULL : att,
+                                                 lb.att16, B, T, Hl, Hd, Dl);
+        gj_attention_backward(a->dq, a->dk, a->dv, a->g16 ? &d16 : NULL, a->datt, a->attn_delta, lse,
+                              q, k, v, qkvd16, a->attn_scratch, B, T, Hl, Hd, Dl));
   if (!a->g16)
     TIMED(GJ_PROF_ELEM, gj_rotary_backward(a->dq, cs, sn, B, T, Hl, Hd, R, 0, Dl);
           gj_rotary_backward(a->dk, cs, sn, B, T, Hl, Hd, R, 0, Dl));
   float *dqkv[3] = {a->dq, a->dk, a->dv}, *wqkv[3] = {p->wq, p->wk, p->wv};
   float *gqkv[3] = {gp->wq, gp->wk, gp->wv};
-  for (int j = 0; j < 3; j++) {
-    TIMED(GJ_PROF_ELEM, g16 = !a->g16 ? NULL
-                              : j < 2 ? gj_rotary_backward16(a->g16, dqkv[j], cs, sn, B, T, Hl, Hd, R, 0, Dl)
-                                      : round16(a->g16, dqkv[j], N * Dl));
-    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, g16 ? NULL : dqkv[j], g16, h, h16,
-                                           wqkv[j], W16(wqkv[j]), N, D, Dl, 1));
-  }
+  const gj_bf16 *dqkv16[3] = {d16.dq, d16.dk, d16.dv};
+  for (int j = 0; j < 3; j++)
+    TIMED(GJ_PROF_GEMM, gj_linear_backward(a->dh, gqkv[j], NULL, a->g16 ? NULL : dqkv[j],
+                                           a->g16 ? dqkv16[j] : NULL, h, h16, wqkv[j], W16(wqkv[j]),
+                                           N, D, Dl, 1));
   /* ONE all-reduce per layer: the ln_1-output gradient of both branches together. */
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_copy_to_region_backward(m->g, a->dh, N * D)));
   TIMED(GJ_PROF_ELEM, gj_layernorm_backward(a->dx, gp->ln1_w, gp->ln1_b, a->dh, x, lb.mean,

@@ -38,6 +38,7 @@ typedef struct {
   float *dq, *dk, *dv, *datt; /* [N, Dl] */
   float *dact;              /* [N, Fl] */
   float *attn_scratch;
+  float *attn_delta; /* [B, Hl, T]: gj_attention_backward_prep's row sums (backward) */
   float *rot_cos, *rot_sin; /* [Tmax, R/2]: the positions a forward can reach */
   /* bf16 precision only (NULL in float32): bfloat16 copies of GEMM operands used twice or more */
   gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output; [L, N, D] in bf16

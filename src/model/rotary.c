@@ -15,13 +15,34 @@ void gj_rotary_table(float *cos_t, float *sin_t, int64_t P, int64_t R) {
     }
 }
 
-/* Rotate the pairs of x's rows in place, or (x16) into x16 [same layout], rounded to bfloat16
- * as gj_bf16_round rounds, x untouched. */
+/* One pair (a, b) rotated by the angle of (c, si): every rotation here goes through it, with
+ * its roundings spelled out (fmaf), so that no loop's vectorization or contraction of a * b + c
+ * makes a bf16 copy differ from the float result rounded. */
+static inline void rot2(float *o0, float *o1, float a, float b, float c, float si) {
+  *o0 = fmaf(a, c, -(b * si));
+  *o1 = fmaf(b, c, a * si);
+}
+
 GJ_HOT
-static void rotate(float *x, gj_bf16 *x16, const float *cos_t, const float *sin_t, int64_t B,
-                   int64_t T, int64_t Hl, int64_t Hd, int64_t R, int64_t pos0, int64_t ld,
-                   float sign) {
+void gj_rotary_row16(gj_bf16 *y16, const float *x, const float *c, const float *s, int64_t Hd,
+                     int64_t R, float sign) {
   enum { CHUNK = 512 }; /* even: a pair never straddles two chunks */
+  float buf[CHUNK];
+  for (int64_t c0 = 0; c0 < Hd; c0 += CHUNK) {
+    const int64_t n = Hd - c0 < CHUNK ? Hd - c0 : CHUNK, pe = R < c0 + n ? R : c0 + n;
+    for (int64_t d = c0; d < pe; d += 2) {
+      const int64_t i = d / 2;
+      rot2(&buf[d - c0], &buf[d - c0 + 1], x[d], x[d + 1], c[i], sign * s[i]);
+    }
+    for (int64_t d = pe > c0 ? pe : c0; d < c0 + n; d++) buf[d - c0] = x[d];
+    gj_bf16_round(y16 + c0, buf, (size_t)n);
+  }
+}
+
+/* Rotate the pairs of x's rows in place (the rotated dims only are written). */
+GJ_HOT
+static void rotate(float *x, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
+                   int64_t Hl, int64_t Hd, int64_t R, int64_t pos0, int64_t ld, float sign) {
   int64_t h = R / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < B * T; row++) {
@@ -29,23 +50,10 @@ static void rotate(float *x, gj_bf16 *x16, const float *cos_t, const float *sin_
     const float *c = cos_t + p * h, *s = sin_t + p * h;
     for (int64_t hd = 0; hd < Hl; hd++) {
       float *v = x + row * ld + hd * Hd;
-      /* one loop for both outputs (the same operations, so the bf16 copy is the float result
-       * rounded, bit for bit), a chunk of the head at a time */
-      float buf[CHUNK];
-      for (int64_t c0 = 0; c0 < (x16 ? Hd : R); c0 += CHUNK) {
-        const int64_t n = Hd - c0 < CHUNK ? Hd - c0 : CHUNK, pe = R < c0 + n ? R : c0 + n;
-        for (int64_t d = c0; d < pe; d += 2) {
-          const int64_t i = d / 2;
-          float a = v[d], b = v[d + 1], si = sign * s[i];
-          buf[d - c0] = a * c[i] - b * si;
-          buf[d - c0 + 1] = b * c[i] + a * si;
-        }
-        if (!x16) { /* in place: the rotated dims only */
-          memcpy(v + c0, buf, (size_t)(pe - c0) * sizeof(float));
-          continue;
-        }
-        for (int64_t d = pe > c0 ? pe : c0; d < c0 + n; d++) buf[d - c0] = v[d];
-        gj_bf16_round(x16 + row * ld + hd * Hd + c0, buf, (size_t)n);
+#pragma omp simd
+      for (int64_t i = 0; i < h; i++) {
+        float a = v[2 * i], b = v[2 * i + 1];
+        rot2(&v[2 * i], &v[2 * i + 1], a, b, c[i], sign * s[i]);
       }
     }
   }
@@ -53,17 +61,22 @@ static void rotate(float *x, gj_bf16 *x16, const float *cos_t, const float *sin_
 
 void gj_rotary_forward(float *x, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
                        int64_t Hl, int64_t Hd, int64_t R, int64_t pos0, int64_t ld) {
-  rotate(x, NULL, cos_t, sin_t, B, T, Hl, Hd, R, pos0, ld, 1.0f);
+  rotate(x, cos_t, sin_t, B, T, Hl, Hd, R, pos0, ld, 1.0f);
 }
 
 void gj_rotary_backward(float *dx, const float *cos_t, const float *sin_t, int64_t B, int64_t T,
                         int64_t Hl, int64_t Hd, int64_t R, int64_t pos0, int64_t ld) {
-  rotate(dx, NULL, cos_t, sin_t, B, T, Hl, Hd, R, pos0, ld, -1.0f);
+  rotate(dx, cos_t, sin_t, B, T, Hl, Hd, R, pos0, ld, -1.0f);
 }
 
-const gj_bf16 *gj_rotary_backward16(gj_bf16 *dx16, const float *dy, const float *cos_t,
-                                    const float *sin_t, int64_t B, int64_t T, int64_t Hl,
-                                    int64_t Hd, int64_t R, int64_t pos0, int64_t ld) {
-  rotate((float *)dy, dx16, cos_t, sin_t, B, T, Hl, Hd, R, pos0, ld, -1.0f);
-  return dx16;
+void gj_rotary_heads16(gj_bf16 *dst, const float *src, const float *cos_t, const float *sin_t,
+                       int64_t B, int64_t T, int64_t Hl, int64_t Hd, int64_t R, int64_t ld) {
+  const int64_t h = R / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t hd = 0; hd < Hl; hd++)
+      gj_rotary_row16(dst + ((b * Hl + hd) * T + t) * Hd, src + bt * ld + hd * Hd, cos_t + t * h,
+                      sin_t + t * h, Hd, R, 1.0f);
+  }
 }
