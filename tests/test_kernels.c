@@ -730,6 +730,39 @@ END_TEST
 START_TEST(test_attention_forward_long) { check_attention(2, 3 * GJ_ATTN_QBLOCK + 17, 3, 8, 0); }
 END_TEST
 
+/* The backward's first pass on wide heads (more columns than it widens at once) in padded
+ * rows: the row sums of d out * out per head against double sums, from the float output and
+ * from its bf16 copy (the sums of d out times the rounded values), and d out's head-major
+ * copy equal to gj_attention_heads16's. */
+START_TEST(test_attention_prep) {
+  const int64_t B = 2, T = 5, Hl = 2, Hd = 300, ld = Hl * Hd + 4, n = B * T * ld;
+  float *dout = tu_falloc(n), *out = tu_falloc(n), *delta = tu_falloc(B * Hl * T);
+  gj_bf16 *out16 = calloc(n, sizeof(gj_bf16)), *d16 = calloc(B * Hl * T * Hd, sizeof(gj_bf16));
+  gj_bf16 *e16 = calloc(B * Hl * T * Hd, sizeof(gj_bf16));
+  tu_fill(dout, NULL, n, 1.0);
+  tu_fill(out, NULL, n, 2.0);
+  gj_bf16_round(out16, out, n);
+  for (int w = 0; w < 2; w++) {
+    gj_attention_backward_prep(delta, w ? d16 : NULL, dout, w ? NULL : out, w ? out16 : NULL, B, T,
+                               Hl, Hd, ld);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hl; h++) {
+          double ref = 0, mag = 0;
+          for (int64_t d = 0; d < Hd; d++) {
+            const size_t o = (size_t)(b * T + t) * ld + h * Hd + d;
+            const double ov = w ? gj_bf16_to_f32(out16[o]) : out[o];
+            ref += dout[o] * ov, mag += fabs(dout[o] * ov);
+          }
+          ck_assert_double_le(fabs(delta[(b * Hl + h) * T + t] - ref), 1e-6 * mag);
+        }
+  }
+  gj_attention_heads16(e16, dout, B, T, Hl, Hd, ld);
+  ck_assert_int_eq(memcmp(d16, e16, B * Hl * T * Hd * sizeof(gj_bf16)), 0);
+  free(dout), free(out), free(delta), free(out16), free(d16), free(e16);
+}
+END_TEST
+
 /* ---- embedding ---- */
 /* bf16: the attention of the last Tq queries over keys and values held in a KV cache of Tc > Tk
  * positions per head (rounded in by gj_attention_heads16_at, in two pieces) equals the same
@@ -1017,6 +1050,7 @@ int main(void) {
   tcase_add_test(tc, test_attention_small);
   tcase_add_test(tc, test_attention_blocks);
   tcase_add_test(tc, test_attention_forward_long);
+  tcase_add_test(tc, test_attention_prep);
   tcase_add_test(tc, test_attention_cache16);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_crc32);

@@ -22,9 +22,7 @@ void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *ta
     for (int64_t j0 = 0; j0 < Vl; j0 += CE_BLOCK) {
       const int64_t n = Vl - j0 < CE_BLOCK ? Vl - j0 : CE_BLOCK;
       const float *b = l + j0;
-      float bm = -INFINITY;
-#pragma omp simd reduction(max : bm)
-      for (int64_t j = 0; j < n; j++) bm = gj_maxf(bm, b[j]);
+      const float bm = gj_row_max(b, n);
       if (bm > m) {
         float f = m == -INFINITY ? 0.0f : gj_expf(m - bm);
         for (int k = 0; k < 16; k++) part[k] *= f;
