@@ -56,7 +56,7 @@ void gj_attention_forward(float *out, gj_bf16 *out16, float *lse, const float *q
                           int64_t ldo, int64_t ldq, int64_t qbs, int64_t ldk, int64_t kbs) {
   const float scale = 1.0f / sqrtf((float)Hd);
   const int64_t pos0 = Tk - Tq;
-  assert(pos0 >= 0 && Tkc >= Tk);
+  assert(pos0 >= 0 && Tkc >= Tk && (out || out16));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * Hl; bh++) {
     int64_t b = bh / Hl, h = bh % Hl;
