@@ -1,7 +1,6 @@
 #include "model/rotary.h"
 
 #include <math.h>
-#include <string.h>
 
 #include "common.h"
 
