@@ -1026,6 +1026,30 @@ START_TEST(test_crc32) {
 }
 END_TEST
 
+/* A NaN logit of a row that counts makes its sum NaN, wherever it sits: in every lane of the
+ * first column block (the block max passes over a NaN unless it is the last of its lane, and a
+ * NaN max had left the first block out: a finite loss), in a later block, and in a first block
+ * that is otherwise all -inf. */
+START_TEST(test_crossentropy_nan) {
+  const int64_t Vl = 1100, cols[] = {0, 1, 15, 17, 500, 510, 511, 512, 1023, 1099};
+  const int64_t N = (int64_t)(sizeof cols / sizeof cols[0]) + 1;
+  float *lg = tu_falloc(N * Vl), *mx = tu_falloc(N), *st = tu_falloc(2 * N);
+  double *ld = tu_dalloc(N * Vl);
+  int32_t *tg = calloc((size_t)N, sizeof *tg);
+  tu_fill(lg, ld, N * Vl, 3.0);
+  for (int64_t i = 0; i + 1 < N; i++) lg[i * Vl + cols[i]] = NAN;
+  for (int64_t j = 0; j < 512; j++) lg[(N - 1) * Vl + j] = -INFINITY;
+  lg[(N - 1) * Vl + 300] = NAN;
+  gj_ce_stats(mx, st, lg, tg, N, Vl, 0);
+  for (int64_t i = 0; i < N; i++) {
+    if (!isnan(st[i])) fprintf(stderr, "row %lld: NaN at column %lld, sum %g\n", (long long)i,
+                                 (long long)(i + 1 < N ? cols[i] : 300), st[i]);
+    ck_assert(isnan(st[i]));
+  }
+  free(lg), free(mx), free(st), free(ld), free(tg);
+}
+END_TEST
+
 START_TEST(test_crossentropy) { check_ce(0.0); }
 END_TEST
 START_TEST(test_crossentropy_zloss) { check_ce(1e-2); }
@@ -1057,6 +1081,7 @@ int main(void) {
   tcase_add_test(tc, test_crossentropy);
   tcase_add_test(tc, test_crossentropy_zloss);
   tcase_add_test(tc, test_crossentropy_blocks);
+  tcase_add_test(tc, test_crossentropy_nan);
   tcase_add_test(tc, test_attention_onednn);
   tcase_add_test(tc, test_attention_bf16);
   suite_add_tcase(s, tc);

@@ -28,7 +28,11 @@ void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *ta
         for (int k = 0; k < 16; k++) part[k] *= f;
         m = bm;
       }
-      if (m == -INFINITY) continue; /* all -inf so far: nothing to add (exp(-inf - -inf) is NaN) */
+      if (m == -INFINITY) { /* all -inf so far: nothing to add (exp(-inf - -inf) is NaN) ... */
+        for (int64_t j = 0; j < n && m == -INFINITY; j++)
+          if (isnan(b[j])) m = NAN; /* ... unless a NaN, which the max passes over: the sum NaN */
+        if (m == -INFINITY) continue;
+      }
       int64_t j = 0;
       for (; j + 16 <= n; j += 16)
 #pragma omp simd
