@@ -44,9 +44,10 @@ static inline float gj_maxf(float a, float b) { return a > b ? a : b; }
 /* A row's maximum, sum and dot product in GJ_LANES float lanes (one AVX-512 vector, two AVX2
  * ones), the lanes combined by halves at the end: one order of operations on every CPU, and
  * none of `omp simd reduction`'s epilogue (a chain of dependent scalar operations per row,
- * which took most of the time of a short row, such as a softmax row of the attention). */
+ * which took most of the time of a short row, such as a softmax row of the attention). Always
+ * inlined: out of line GCC builds one x86-64-v3 copy that every clone of a caller calls. */
 #define GJ_LANES 16
-static inline float gj_row_max(const float *x, int64_t n) {
+static inline __attribute__((always_inline)) float gj_row_max(const float *x, int64_t n) {
   float acc[GJ_LANES];
   for (int l = 0; l < GJ_LANES; l++) acc[l] = -INFINITY;
   int64_t j = 0;
@@ -58,13 +59,13 @@ static inline float gj_row_max(const float *x, int64_t n) {
   for (int l = 0; l < 2; l++) acc[l] = gj_maxf(acc[l], acc[l + 2]);
   return gj_maxf(acc[0], acc[1]);
 }
-static inline float gj_lanes_sum(float *acc) {
+static inline __attribute__((always_inline)) float gj_lanes_sum(float *acc) {
   for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
   for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
   for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
   return acc[0] + acc[1];
 }
-static inline float gj_row_sum(const float *x, int64_t n) {
+static inline __attribute__((always_inline)) float gj_row_sum(const float *x, int64_t n) {
   float acc[GJ_LANES] = {0};
   int64_t j = 0;
   for (; j + GJ_LANES <= n; j += GJ_LANES)
@@ -72,7 +73,7 @@ static inline float gj_row_sum(const float *x, int64_t n) {
   for (int l = 0; j < n; j++, l++) acc[l] += x[j];
   return gj_lanes_sum(acc);
 }
-static inline float gj_row_dot(const float *x, const float *y, int64_t n) {
+static inline __attribute__((always_inline)) float gj_row_dot(const float *x, const float *y, int64_t n) {
   float acc[GJ_LANES] = {0};
   int64_t j = 0;
   for (; j + GJ_LANES <= n; j += GJ_LANES)
