@@ -666,7 +666,8 @@ static int block_backward(gj_model *m, int64_t l, int64_t B, int64_t T) {
    * float32: into dq, dk, dv, then d q and d k rotated back in place */
   const float *cs = a->rot_cos, *sn = a->rot_sin;
   const int64_t R = c->rotary_dim;
-  gj_attn_grad16 d16 = {a->g16, a->g16 + N * Dl, a->g16 + 2 * N * Dl, cs, sn, R};
+  gj_attn_grad16 d16 = {NULL, NULL, NULL, cs, sn, R};
+  if (a->g16) d16.dq = a->g16, d16.dk = a->g16 + N * Dl, d16.dv = a->g16 + 2 * N * Dl;
   TIMED(GJ_PROF_ATTN, gj_attention_backward_prep(a->attn_delta, lb.datt16, a->datt, lb.att16 ? NULL : att,
                                                  lb.att16, B, T, Hl, Hd, Dl);
         gj_attention_backward(a->dq, a->dk, a->dv, a->g16 ? &d16 : NULL, a->datt, a->attn_delta, lse,

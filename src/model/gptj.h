@@ -44,7 +44,7 @@ typedef struct {
   gj_bf16 *h16;             /* [N, D] the current layer's ln_1 output; [L, N, D] in bf16
                              * training, which keeps it instead of h (then one slot) */
   gj_bf16 *dx16;            /* [N, D] the current layer's output gradient */
-  gj_bf16 *g16;             /* d act [N, Fl], d q/k/v [N, Dl] or a block of d logits */
+  gj_bf16 *g16;             /* d act [N, Fl], d q, d k, d v [3, N, Dl] or a block of d logits */
   gj_bf16 *qkv16;           /* [4, N, Dl] the current layer's q, k, v (and d att in backward);
                              * [3, N, Dl] forward-only; [N, Dl] q alone when decoding */
   gj_bf16 *pre16;           /* bf16 training: [L, N, Fl] the fc_in outputs, in bfloat16 only
@@ -186,9 +186,10 @@ typedef struct {
   float *x, *xo;      /* [N, D] block input and output (xo may be x) */
   float *h;           /* [N, D] ln_1 output */
   float *mean, *rstd; /* [N] ln_1 statistics */
-  float *q;           /* [N, Dl] queries after rotary */
-  float *k, *v;       /* [B, Tk, Dl], Tk = pos0 + T: keys (after rotary) and values; the block
-                       * writes rows pos0.. and attends over all Tk */
+  float *q;           /* [N, Dl] queries after rotary (in bf16 training before it: there
+                       * only the head-major bf16 copies qkv16 are rotated, and read) */
+  float *k, *v;       /* [B, Tk, Dl], Tk = pos0 + T: keys (after rotary, as q) and values; the
+                       * block writes rows pos0.. and attends over all Tk */
   float *att;         /* [N, Dl] attention output before out_proj */
   gj_bf16 *att16;     /* bf16 training: [N, Dl] its bf16 copy, the one kept (att is then forward's
                        * work buffer); NULL: none */
