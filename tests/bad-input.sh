@@ -240,6 +240,11 @@ shutil.copy(ck, w + "/nan.h5")                  # a NaN weight with a valid CRC
 with h5py.File(w + "/nan.h5", "r+") as f:
     d = f["model/transformer.ln_f.weight"]; a = d[...]; a[3] = np.nan; d[...] = a
     d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
+shutil.copy(ck, w + "/huge.h5")                 # finite weights whose logits overflow
+with h5py.File(w + "/huge.h5", "r+") as f:
+    for n in ("model/transformer.ln_f.bias", "model/lm_head.weight"):
+        d = f[n]; a = np.full(d.shape, 1e30, np.float32); d[...] = a
+        d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
 PY
 
 # Megatron indexed datasets (MMIDIDX), written from the format's definition: 4000 uint16 ids
@@ -475,6 +480,8 @@ rows=(
 "0|'/tokens' keeps its data in external files|eval --checkpoint $ck --data $w/extfile.h5"
 "0|attribute 'format' is 'something-else'|train --data $w/fmt.h5 --seq-len 16 --run-dir $w/r7"
 "0|transformer.ln_f.weight holds a non-finite value|eval --checkpoint $w/nan.h5 --data $w/ok.h5"
+"0|new token 1: the model's logit of token 0 is inf|generate --checkpoint $w/huge.h5 --prompt-ids 1 --temperature 0"
+"2|nothing to sample from|generate --checkpoint $w/huge.h5 --prompt-ids 1,2 --tp 2"
 "0|dup.conf:2: 'n-embd' is given again (first on line 1)|plan --config $w/dup.conf"
 "0|--sgemm-gflops: 1e-300 is out of range|plan --sgemm-gflops 1e-300"
 )

@@ -286,6 +286,11 @@ static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, int 
     if (rc) break;
     if (s == 0) t_prompt = gj_now() - t0;
     pos += n, n = 1;
+    for (int64_t j = 0; j < Vreal && !rc; j++) /* every rank holds the same logits: agreed */
+      if (!isfinite(full[j]))
+        rc = GJ_FAIL("new token %lld: the model's logit of token %lld is %g (the weights or the activations "
+                     "overflowed): nothing to sample from", (long long)s + 1, (long long)j, full[j]);
+    if (rc) break;
     for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
     int32_t next = sample(full, V, sm->temp, sm->topk, sm->topp, &sm->rng, work);
     rc = gj_ids_push(ids, next);
