@@ -177,10 +177,16 @@ START_TEST(test_nan_steps) {
   char args[2048], log[1400];
   snprintf(log, sizeof log, "%s/nan.log", OUT);
   sh("rm -rf %s/nan %s/nan2", OUT, OUT);
-  snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan --debug-nan-step 3",
-           COMMON, DATA, OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan --debug-nan-step 3 "
+           "--log-every 4", COMMON, DATA, OUT);
   ck_assert_int_eq(gptj(0, args, log), 0);
   ck_assert_int_eq(sh("grep -q 'step 3: non-finite' %s", log), 0);
+  /* metrics.jsonl stays JSON (null for the non-finite norm) and records the skipped step
+   * although --log-every 4 does not log step 3 */
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, sys; r = [json.loads(l) for l in open('%s/nan/metrics.jsonl')]; "
+                      "s = [x for x in r if x.get('step') == 3 and 'loss' in x]; "
+                      "sys.exit(not (len(s) == 1 and s[0]['skipped'] == 1 and s[0]['grad_norm'] is None and "
+                      "sum(x.get('skipped', 0) for x in r) == 1))\"", OUT), 0);
   snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch 8 --run-dir %s/nan2 --debug-nan-step 3 --max-bad-steps 1",
            COMMON, DATA, OUT);
   ck_assert_int_eq(gptj(0, args, log), 1);

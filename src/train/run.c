@@ -131,6 +131,13 @@ static void probe_ceilings(loop_state *s, int64_t step, double *now) {
 }
 
 /* Rank 0: the log line and the metrics.jsonl record of a step. */
+/* A number for metrics.jsonl: JSON has no NaN or Inf (a skipped step's loss or norm), so null. */
+static const char *jnum(char *buf, size_t n, double v) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, n, "%.8g", v);
+  return buf;
+}
+
 static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double lr, double now, double dt) {
   gj_run *r = s->r;
   const gj_ckpt_meta *meta = r->meta;
@@ -147,11 +154,13 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
   gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
           (long long)step, (long long)o->steps, out->loss, lr, out->grad_norm, tps, 100 * mfu, 100 * geff,
           el, et, peak_rss_bytes() / 1e6);
-  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.8g, \"lr\": %.8g, \"grad_norm\": %.8g, "
+  char lb[32], gb[32];
+  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
           "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %.5g, \"elapsed_s\": %.3f, "
           "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
-          (long long)step, out->loss, lr, out->grad_norm, (long long)meta->tokens_seen, tps, mfu, geff,
-          elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(), !out->finite);
+          (long long)step, jnum(lb, sizeof lb, out->loss), lr, jnum(gb, sizeof gb, out->grad_norm),
+          (long long)meta->tokens_seen, tps, mfu, geff, elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
+          !out->finite);
   fflush(r->metrics);
   s->t_last = now, s->tokens_at_last = meta->tokens_seen;
 }
@@ -163,9 +172,11 @@ static int validate(gj_run *r, int64_t step) {
   GJ_TRY(gj_evaluate(r->tr->m, r->valid, r->T, r->T, r->B, r->o.eval_batches * r->B * g->dp_size, &nll, &cnt));
   gj_info("step %lld | validation loss %.4f | perplexity %.2f | %lld tokens", (long long)step,
           nll / cnt, exp(nll / cnt), (long long)cnt);
+  char lb[32], pb[32];
   if (r->metrics)
-    fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.8g, \"val_ppl\": %.8g, \"val_tokens\": %lld}\n",
-            (long long)step, nll / cnt, exp(nll / cnt), (long long)cnt), fflush(r->metrics);
+    fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %lld}\n",
+            (long long)step, jnum(lb, sizeof lb, nll / cnt), jnum(pb, sizeof pb, exp(nll / cnt)), (long long)cnt),
+        fflush(r->metrics);
   return 0;
 }
 
@@ -196,7 +207,9 @@ static int loop_step(loop_state *s, int *stop) {
   double now = gj_now(), dt = now - t0;
   probe_ceilings(s, step, &now);
   s->ema = s->ema == 0 ? dt : 0.9 * s->ema + 0.1 * dt;
-  if (g->rank == 0 && (step % o->log_every == 0 || step == o->steps)) log_step(s, step, &out, lr, now, dt);
+  /* a skipped step is always logged, whatever --log-every */
+  if (g->rank == 0 && (step % o->log_every == 0 || step == o->steps || !out.finite))
+    log_step(s, step, &out, lr, now, dt);
   if (s->bad >= o->max_bad)
     return GJ_FAIL("%lld non-finite steps in a row at step %lld: stopping (the last checkpoint "
                    "is kept)", (long long)s->bad, (long long)step);
