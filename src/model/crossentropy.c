@@ -23,7 +23,7 @@ void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *ta
       const int64_t n = Vl - j0 < CE_BLOCK ? Vl - j0 : CE_BLOCK;
       const float *b = l + j0;
       const float bm = gj_row_max(b, n);
-      if (bm > m) {
+      if (!(bm <= m)) { /* bm > m, or a NaN max: the sums NaN, no exp of a positive argument */
         float f = m == -INFINITY ? 0.0f : gj_expf(m - bm);
         for (int k = 0; k < 16; k++) part[k] *= f;
         m = bm;
