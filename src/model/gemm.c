@@ -405,8 +405,7 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
   int par = omp_in_parallel();
   if (g_prec != GJ_PREC_BF16) a16 = b16 = 0;
 #pragma omp critical(gj_gemm_rec)
-  {
-    g_rec_flops += 2.0 * M * N * K;
+  { /* the FLOPs of the recorded products only: a shape the full table drops is not replayed */
     int i = 0;
     for (; i < g_rec_n; i++) {
       rec_shape *r = &g_rec[i];
@@ -419,6 +418,7 @@ static void record(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
     else if (g_rec_n < GJ_REC_MAX)
       g_rec[g_rec_n++] =
           (rec_shape){ta, tb, par, a16, b16, bias, c16, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0};
+    if (i < g_rec_n) g_rec_flops += 2.0 * M * N * K;
   }
 }
 
@@ -1058,19 +1058,29 @@ static double peak_of(double (*loop)(int64_t), int nthreads);
 double gj_peak_flops(gj_precision prec, int nthreads, const char **how) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
-  double (*loop)(int64_t) = NULL;
-  const char *name = "none";
-  /* bf16 operands on the float32 FMA units: the FMA peak is the hardware's for them */
-  int fma = prec == GJ_PREC_F32 || (prec == GJ_PREC_BF16 && g_backend == GJ_GEMM_OPENBLAS && g_prec == prec);
-  if (fma) {
-    if (f.avx512) loop = loop_fma512, name = prec == GJ_PREC_F32 ? "AVX-512 FMA loop" : "AVX-512 FMA loop, bf16 on the fp32 units";
-    else if (f.avx2) loop = loop_fma256, name = prec == GJ_PREC_F32 ? "AVX2 FMA loop" : "AVX2 FMA loop, bf16 on the fp32 units";
-  } else {
-    if (f.amx_bf16) loop = loop_amx, name = "AMX TDPBF16PS loop";
-    else if (f.avx512_bf16) loop = loop_dpbf16, name = "AVX512_BF16 VDPBF16PS loop";
+  double (*fma)(int64_t) = f.avx512 ? loop_fma512 : f.avx2 ? loop_fma256 : NULL;
+  const char *fma_name = f.avx512 ? "AVX-512 FMA loop" : "AVX2 FMA loop";
+  if (prec == GJ_PREC_F32) {
+    if (how) *how = fma ? fma_name : "none";
+    return fma ? peak_of(fma, nthreads) : 0;
   }
-  if (how) *how = name;
-  return loop ? peak_of(loop, nthreads) : 0;
+  /* bf16: the hardware's peak for bf16 operands, whichever unit --gemm runs them on: AMX where
+   * the CPU has it, else the faster of VDPBF16PS and the float32 FMA units (on which bf16
+   * values run widened: a CPU whose VDPBF16PS is the slower, or that has none) */
+  if (f.amx_bf16) {
+    if (how) *how = "AMX TDPBF16PS loop";
+    return peak_of(loop_amx, nthreads);
+  }
+  const double p16 = f.avx512_bf16 ? peak_of(loop_dpbf16, nthreads) : 0;
+  const double p32 = fma ? peak_of(fma, nthreads) : 0;
+  const double peak = GJ_MAX(p16, p32);
+  if (how)
+    *how = !(peak > 0) ? "none"
+           : p16 >= p32 ? "AVX512_BF16 VDPBF16PS loop"
+           : !f.avx512  ? "AVX2 FMA loop: bf16 values on the fp32 units"
+           : p16 > 0    ? "AVX-512 FMA loop: bf16 values on the fp32 units, faster here than VDPBF16PS"
+                        : "AVX-512 FMA loop: bf16 values on the fp32 units";
+  return peak;
 }
 
 /* Iterations of loop for about 20 ms on one thread. */

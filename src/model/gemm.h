@@ -131,9 +131,10 @@ uint64_t gj_gemm_products(void);
 /* Each recorded shape with its count and its best time from gj_gemm_recorded_rate (log lines). */
 void gj_gemm_recorded_print(void);
 
-/* The hardware's peak FLOP/s per thread for a precision, from a short tight loop run on every
- * thread at once (float32: AVX-512 or AVX2 FMA; bf16: AMX tiles, else AVX512_BF16 dot
- * products), times the number of threads. 0 if the CPU cannot run the precision. */
+/* The hardware's peak FLOP/s for a precision, from a short tight loop run on every thread at
+ * once (the best per-thread rate of 8 rounds, times the threads): float32: AVX-512 or AVX2 FMA;
+ * bf16: AMX tiles, else the faster of AVX512_BF16 dot products and the FMA units, whatever
+ * unit --gemm chose (MFU is against the hardware, not the backend). 0: no such unit. */
 double gj_peak_flops(gj_precision prec, int nthreads, const char **how);
 
 #endif
