@@ -74,7 +74,8 @@ typedef struct {
   gj_run *r;
   uint64_t *win;            /* [G] the global batch's windows */
   int64_t G, first, bad, tokens_at_last;
-  double t_start, t_last, ema; /* wall clock; the step time's moving average */
+  double t_start, ema; /* wall clock at the start; the step time's moving average */
+  double steps_time;   /* the summed time of the steps since the last log line */
   double peak, gemm_rate, gemm_flops, flops_tok;
 } loop_state;
 
@@ -127,7 +128,7 @@ static void probe_ceilings(loop_state *s, int64_t step, double *now) {
     s->peak = GJ_MAX(s->peak, peak);
   }
   double probe = gj_now() - *now;
-  s->t_start += probe, s->t_last += probe, *now += probe;
+  s->t_start += probe, *now += probe;
 }
 
 /* Rank 0: the log line and the metrics.jsonl record of a step. */
@@ -142,7 +143,9 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
   gj_run *r = s->r;
   const gj_ckpt_meta *meta = r->meta;
   const gj_run_opts *o = &r->o;
-  double elapsed = now - s->t_start, span = now - s->t_last;
+  /* tokens/s and MFU over the steps' own time, as the GEMM efficiency: evaluation, checkpoints
+   * and the ceilings' probes between two log lines are not in it (elapsed is wall time) */
+  double elapsed = now - s->t_start, span = s->steps_time;
   double tps = (meta->tokens_seen - s->tokens_at_last) / (span > 0 ? span : 1e-9);
   double mfu = s->peak > 0 ? tps * s->flops_tok / r->tr->g->size / s->peak : 0;
   /* this rank's GEMM FLOPs per step over the step time, against their standalone rate */
@@ -162,7 +165,7 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
           (long long)meta->tokens_seen, tps, mfu, geff, elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
           !out->finite);
   fflush(r->metrics);
-  s->t_last = now, s->tokens_at_last = meta->tokens_seen;
+  s->steps_time = 0, s->tokens_at_last = meta->tokens_seen;
 }
 
 static int validate(gj_run *r, int64_t step) {
@@ -206,7 +209,10 @@ static int loop_step(loop_state *s, int *stop) {
   meta->loader = r->loader->st;
   double now = gj_now(), dt = now - t0;
   probe_ceilings(s, step, &now);
-  s->ema = s->ema == 0 ? dt : 0.9 * s->ema + 0.1 * dt;
+  s->steps_time += dt;
+  /* the first step (cold: primitives created, pages first touched, products recorded) only
+   * until the second replaces it */
+  s->ema = s->ema == 0 || step == s->first + 2 ? dt : 0.9 * s->ema + 0.1 * dt;
   /* a skipped step is always logged, whatever --log-every */
   if (g->rank == 0 && (step % o->log_every == 0 || step == o->steps || !out.finite))
     log_step(s, step, &out, lr, now, dt);
@@ -241,7 +247,7 @@ int gj_run_loop(gj_run *r) {
   int rc = s.win ? 0 : GJ_FAIL("out of memory for a batch of %lld sequences", (long long)s.G);
   GJ_AGREE(g->world, rc);
   gj_loader_set_share(r->loader, (int64_t)g->dp_rank * r->A * r->B, r->A * r->B); /* fill_batch's part */
-  s.t_start = s.t_last = gj_now();
+  s.t_start = gj_now();
   int stop = 0;
   while (r->meta->step < r->o.steps && !rc && !stop) rc = loop_step(&s, &stop);
   free(s.win);
