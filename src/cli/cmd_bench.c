@@ -92,11 +92,11 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {NULL}};
   int rc = gj_modelopts_parse(&x->mo, argc, argv, table, "gptj bench [--preset NAME] [options]",
                               "Times training steps on synthetic tokens. Reports MFU (model FLOP/s over the\n"
-                              "hardware's peak for the precision, from a tight FMA / AMX loop on every thread)\n"
-                              "and the GEMM efficiency: the time of the step's own products, replayed alone\n"
-                              "right after each measured step (same backend, shapes and thread count,\n"
-                              "OMP_NUM_THREADS), over that step's time, the median of the pairs; and the same\n"
-                              "against each product's best-of-repetitions rate.");
+                              "hardware's peak for the precision, from a tight FMA / VDPBF16PS / AMX loop on\n"
+                              "every thread) and the GEMM efficiency: the time of the step's own products,\n"
+                              "replayed alone right after each measured step (same backend, shapes and thread\n"
+                              "count, OMP_NUM_THREADS), over that step's time, the median of the pairs; and the\n"
+                              "same against each product's best-of-repetitions rate.");
   if (rc) return rc;
   x->c = x->mo.config;
   if (o->T == 0) o->T = GJ_MIN(256, x->c.n_positions); /* the benchmark shape; tiny has 128 positions */
@@ -286,7 +286,7 @@ static void print_figures(const bench_ctx *x, const bench_figures *f) {
   gj_info("  %-24s %8.3f s  %5.1f%%", "other", f->other, 100 * f->other / f->mean);
   gj_info("achieved %.2f GFLOP/s per rank (model FLOPs) | peak %.2f GFLOP/s (%s, %d threads) | MFU %.1f%%",
           f->flops_rank / 1e9, x->peak / 1e9, x->peak_how, omp_get_max_threads(), 100 * f->mfu);
-  gj_info("GEMM: %.3f GFLOP per step at %.2f GFLOP/s of step time", f->gemm_flops / 1e9,
+  gj_info("GEMM: %.3f GFLOP per step on a rank at %.2f GFLOP/s of step time", f->gemm_flops / 1e9,
           f->gemm_flops / f->step / 1e9);
   if (f->replay > 0)
     gj_info("GEMM efficiency %.1f%%: the step's products replayed alone right after each step, %.3f s "
