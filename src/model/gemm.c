@@ -1075,11 +1075,10 @@ double gj_peak_flops(gj_precision prec, int nthreads, const char **how) {
   const double p32 = fma ? peak_of(fma, nthreads) : 0;
   const double peak = GJ_MAX(p16, p32);
   if (how)
-    *how = !(peak > 0) ? "none"
+    *how = !(peak > 0)  ? "none"
            : p16 >= p32 ? "AVX512_BF16 VDPBF16PS loop"
-           : !f.avx512  ? "AVX2 FMA loop: bf16 values on the fp32 units"
-           : p16 > 0    ? "AVX-512 FMA loop: bf16 values on the fp32 units, faster here than VDPBF16PS"
-                        : "AVX-512 FMA loop: bf16 values on the fp32 units";
+           : f.avx512   ? "AVX-512 FMA loop, bf16 values on the fp32 units"
+                        : "AVX2 FMA loop, bf16 values on the fp32 units";
   return peak;
 }
 

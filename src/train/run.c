@@ -131,7 +131,6 @@ static void probe_ceilings(loop_state *s, int64_t step, double *now) {
   s->t_start += probe, *now += probe;
 }
 
-/* Rank 0: the log line and the metrics.jsonl record of a step. */
 /* A number for metrics.jsonl: JSON has no NaN or Inf (a skipped step's loss or norm), so null. */
 static const char *jnum(char *buf, size_t n, double v) {
   if (!isfinite(v)) return "null";
@@ -139,6 +138,7 @@ static const char *jnum(char *buf, size_t n, double v) {
   return buf;
 }
 
+/* Rank 0: the log line and the metrics.jsonl record of a step. */
 static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double lr, double now, double dt) {
   gj_run *r = s->r;
   const gj_ckpt_meta *meta = r->meta;
