@@ -161,6 +161,8 @@ ckpt("s_tp0.h5", attrs=dict(written_tp=I64(0)), tensors=False)
 ckpt("s_negstep.h5", attrs=dict(step=I64(-5)))
 ckpt("s_bigstep.h5", attrs=dict(step=F64(1e300)))
 ckpt("s_toks.h5", attrs=dict(tokens_seen=I64((1 << 63) - 1)))
+ckpt("s_upd.h5", attrs=dict(updates=I64(5)))      # more AdamW updates than steps
+ckpt("s_negupd.h5", attrs=dict(updates=I64(-1)))
 ckpt("s_hasopt.h5", attrs=dict(has_optim=I64(2)))
 ckpt("s_lr.h5", optim=dict(lr=F64(-0.1)))
 ckpt("s_lrnan.h5", optim=dict(lr=F64("nan")))
@@ -391,6 +393,8 @@ rows=(
 "2|s_negstep.h5: attribute 'step' = -5 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negstep.h5"
 "0|s_bigstep.h5: attribute 'step' = 1e+300 is not an integer in the int64 range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_bigstep.h5"
 "0|s_toks.h5: attribute 'tokens_seen' = 9223372036854775807 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_toks.h5"
+"0|s_upd.h5: updates = 5 is above step = 1 (a step applies one update at most)|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_upd.h5"
+"2|s_negupd.h5: attribute 'updates' = -1 is out of range [0, 1000000000000]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negupd.h5"
 "0|s_hasopt.h5: attribute 'has_optim' = 2 is out of range [0, 1]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_hasopt.h5"
 "0|s_lr.h5: attribute 'optim/lr' = -0.1 is out of range [0, 10]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_lr.h5"
 "0|s_lrnan.h5: attribute 'optim/lr' = nan is not a finite number|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_lrnan.h5"

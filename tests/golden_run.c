@@ -211,7 +211,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   GJ_TRY(gj_trainer_init(&tr, &st, &mt, g, &hp, 0.0f));
   golden_batch gb = {ids, tg, B * T};
   for (int64_t t = 1; t <= steps; t++) {
-    gj_step_in in = {t, hp.lr, 1, B, T, (double)nv, copy_batch, &gb, 0};
+    gj_step_in in = {t, t, hp.lr, 1, B, T, (double)nv, copy_batch, &gb, 0};
     gj_step_out so;
     GJ_TRY(gj_train_step(&tr, &in, &so));
     gj_info("adamw step %lld: loss %.7f grad_norm %.7f", (long long)t, so.loss, so.grad_norm);

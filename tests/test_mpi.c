@@ -259,7 +259,7 @@ static void run_steps(int tp, int zero, int64_t A, int64_t B, int vocab, int row
   ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f), 0);
   step_batch sb = {A, B, T, g.dp_rank, vocab};
   for (int s = 0; s < 3; s++) {
-    gj_step_in in = {s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
+    gj_step_in in = {s + 1, s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
     gj_step_out out;
     ck_assert_int_eq(gj_train_step(&tr, &in, &out), 0);
     ck_assert(out.finite);

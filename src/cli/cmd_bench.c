@@ -182,7 +182,7 @@ static int run_steps(bench_ctx *x) {
     rc = gj_barrier(x->g.world);
     double t0 = gj_now();
     gj_gemm_record(s == 0);
-    gj_step_in in = {s + 1, 1e-4, 1, o->B, o->T, (double)o->B * o->T * x->g.dp_size, synthetic_batch, x, 0};
+    gj_step_in in = {s + 1, s + 1, 1e-4, 1, o->B, o->T, (double)o->B * o->T * x->g.dp_size, synthetic_batch, x, 0};
     gj_step_out out;
     if (!rc) rc = gj_train_step(&x->tr, &in, &out);
     gj_gemm_record(0);

@@ -192,7 +192,12 @@ static int read_attrs(hid_t f, const char *path, const gj_state *st, gj_ckpt_met
   GJ_TRY(gj_ckptattr_check(f, path, &a, GJ_CA_CONFIG));
   GJ_TRY(gj_ckptattr_read(f, path, &a, GJ_CA_HAS_OPTIM));
   int optim = with_optim && a.has_optim;
+  a.meta.updates = -1;
   GJ_TRY(gj_ckptattr_read(f, path, &a, GJ_CA_STATE | (optim ? GJ_CA_OPTIM | GJ_CA_LOADER : 0)));
+  if (a.meta.updates < 0) a.meta.updates = a.meta.step;
+  if (a.meta.updates > a.meta.step)
+    return GJ_FAIL("%s: updates = %lld is above step = %lld (a step applies one update at most)", path,
+                   (long long)a.meta.updates, (long long)a.meta.step);
   if (optim) a.meta.sched.lr = a.meta.hp.lr;
   *meta = a.meta;
   *has_optim = (int)a.has_optim;
@@ -252,7 +257,7 @@ int gj_ckpt_load(const char *path, gj_state *st, gj_grid *g, gj_ckpt_meta *meta,
     meta->loader = (gj_loader_state){.seed = meta->loader.seed};
     gj_info("%s holds weights only: the optimizer starts afresh", path);
   }
-  if (!has_optim) meta->step = meta->tokens_seen = 0;
+  if (!has_optim) meta->step = meta->updates = meta->tokens_seen = 0;
   rc = load_blocks(f, path, st, g, with_optim ? 3 : 1);
   H5Fclose(f);
   return gj_agree(g->world, rc);
@@ -281,13 +286,14 @@ int gj_ckpt_read_config(const char *path, gj_config *c) {
 int gj_ckpt_info(const char *path) {
   hid_t f;
   GJ_TRY(open_checked(path, &f, NULL));
-  gj_ckpt_attrs a = {.precision = "fp32 (not recorded)", .has_optim = 1};
+  gj_ckpt_attrs a = {.precision = "fp32 (not recorded)", .has_optim = 1, .meta.updates = -1};
   int rc = read_config(f, path, &a, GJ_CA_ROOT & ~GJ_CA_HAS_OPTIM);
   /* the data order, in a file with the optimizer state (not one of gptj convert) */
   if (!rc) rc = gj_ckptattr_read(f, path, &a, GJ_CA_HAS_OPTIM);
   if (!rc && a.has_optim) rc = gj_ckptattr_read(f, path, &a, GJ_CA_LOADER);
   H5Fclose(f);
   if (rc) return rc;
+  if (a.meta.updates < 0) a.meta.updates = a.meta.step; /* written before skipped steps were counted */
   struct stat s;
   stat(path, &s);
   printf("file: %s\nformat: %s version %lld\n", path, a.format, (long long)a.format_version);

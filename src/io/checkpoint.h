@@ -16,7 +16,8 @@
 #include "optim/schedule.h"
 
 typedef struct {
-  int64_t step;        /* optimizer updates done */
+  int64_t step;        /* training steps done */
+  int64_t updates;     /* AdamW updates applied (AdamW's t): step less the skipped steps */
   int64_t tokens_seen;
   gj_loader_state loader;
   gj_adamw_hp hp;

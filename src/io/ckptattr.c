@@ -50,6 +50,8 @@ static const entry table[] = {
     I64_ANY(GJ_CA_VERSION, "format_version", format_version, 0),
     I64(GJ_CA_STATE, "step", meta.step, 0, 0, MAX_STEP),
     I64(GJ_CA_STATE, "tokens_seen", meta.tokens_seen, 0, 0, MAX_TOKENS),
+    /* AdamW's t (a skipped step is not counted); a file without it had none skipped */
+    I64(GJ_CA_STATE, "updates", meta.updates, OPTIONAL, 0, MAX_STEP),
     I64(GJ_CA_LAYOUT, "written_tp", written_tp, 0, 1, INT32_MAX),
     I64(GJ_CA_LAYOUT, "written_dp", written_dp, 0, 1, INT32_MAX),
     I64(GJ_CA_HAS_OPTIM, "has_optim", has_optim, OPTIONAL, 0, 1),

@@ -27,7 +27,7 @@ typedef struct {
 /* Sets of entries, or-ed into masks. */
 #define GJ_CA_FORMAT 1     /* format */
 #define GJ_CA_VERSION 2    /* format_version */
-#define GJ_CA_STATE 4      /* step, tokens_seen */
+#define GJ_CA_STATE 4      /* step, tokens_seen, updates */
 #define GJ_CA_LAYOUT 8     /* written_tp, written_dp */
 #define GJ_CA_HAS_OPTIM 16
 #define GJ_CA_PRECISION 32

@@ -195,13 +195,13 @@ static int loop_step(loop_state *s, int *stop) {
   GJ_TRY(gj_loader_next(r->loader, s->G, s->win));
   if (step == s->first + 1) gj_gemm_record_reset(), gj_gemm_record(1);
   double lr = gj_schedule_lr(&o->sched, step);
-  gj_step_in in = {step, lr, r->A, r->B, r->T, (double)s->G * r->T, fill_batch, s,
+  gj_step_in in = {step, meta->updates + 1, lr, r->A, r->B, r->T, (double)s->G * r->T, fill_batch, s,
                    o->inject_nan == step ? (int)o->nan_part + 1 : 0};
   gj_step_out out;
   int rc = gj_train_step(r->tr, &in, &out);
   gj_gemm_record(0);
   if (rc) return rc;
-  if (out.finite) s->bad = 0;
+  if (out.finite) s->bad = 0, meta->updates++;
   else gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
                (long long)step, out.loss, out.grad_norm, (long long)++s->bad);
   meta->step = step;

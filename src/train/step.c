@@ -74,7 +74,7 @@ static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
   r->bad = bad;
   if (!bad) {
     gj_adamw_update(&st->lay, st->params, gr, NULL, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
-                    r->in->step, r->in->lr, 1.0);
+                    r->in->t, r->in->lr, 1.0);
     r->applied = 1;
   }
   r->hi = lo;
@@ -163,7 +163,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
     return 0;
   }
   if (out->finite) {
-    gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->erows, st->m, st->v, st->lo, st->n, &t->hp, in->step,
+    gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->erows, st->m, st->v, st->lo, st->n, &t->hp, in->t,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
     if (st->zero) GJ_TRY(gj_dp_allgather(&t->dp, st->params, st->n));
     gj_model_weights_changed(t->m);

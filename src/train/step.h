@@ -28,7 +28,9 @@ typedef struct {
 typedef int (*gj_batch_fn)(void *ctx, int64_t a, int32_t *ids, int32_t *targets);
 
 typedef struct {
-  int64_t step;          /* the update's number t >= 1 (AdamW's bias correction) */
+  int64_t step;          /* the step's number (messages, --debug-nan-step) */
+  int64_t t;             /* AdamW's update count t >= 1 (its bias correction): the updates
+                          * applied before this one, plus one (a skipped step is not counted) */
   double lr;             /* this step's learning rate */
   int64_t A, B, T;       /* micro-batches of [B, T] per DP rank */
   double n_targets;      /* scored targets in the global batch: gradients are scaled by its inverse */
