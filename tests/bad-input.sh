@@ -83,7 +83,7 @@ def names(V=64, D=16, L=1, F=32):
 def put(obj, k, v):
     if k in obj.attrs: del obj.attrs[k]
     if v is not None: obj.attrs[k] = v
-def ckpt(name, attrs={}, optim={}, loader={}, dtype={}, tensors=True):
+def ckpt(name, attrs={}, optim={}, loader={}, dtype={}, tensors=True, crc={}):
     rng = np.random.default_rng(0)
     with h5py.File(os.path.join(w, name), "w") as f:
         f.attrs["format"] = np.bytes_("gptj-mpi-checkpoint")
@@ -107,6 +107,7 @@ def ckpt(name, attrs={}, optim={}, loader={}, dtype={}, tensors=True):
                 if dt: a = (a * 1000).astype(dt)   # its CRC: that of what a silent conversion gives
                 d = f.create_dataset(pre + "/" + n, data=a)
                 d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype(np.float32).tobytes()))
+                if pre == "model" and n in crc: put(d, "crc32", crc[n](int(d.attrs["crc32"])))
 def tokens(name, toks, offs=None, offs_dtype=np.uint64, declared=0, **attrs):
     with h5py.File(os.path.join(w, name), "w") as f:
         if declared: f.create_dataset("tokens", shape=(declared,), dtype=np.uint16, chunks=(1 << 16,))  # never written
@@ -157,6 +158,13 @@ ckpt("s_nan.h5", attrs=dict(n_embd=F64("nan")), tensors=False)
 ckpt("s_eps.h5", attrs=dict(layer_norm_epsilon=F64("inf")))
 ckpt("s_i32.h5", dtype={"transformer.h.0.attn.q_proj.weight": np.int32})
 ckpt("s_tp0.h5", attrs=dict(written_tp=I64(0)), tensors=False)
+# crc32 attributes that are not one unsigned 32-bit integer (the right value first in the arrays)
+WTE = "transformer.wte.weight"
+ckpt("s_crcarr.h5", crc={WTE: lambda c: np.array([c] + [0x41414141] * 15000, np.uint32)})
+ckpt("s_crc2.h5", crc={WTE: lambda c: np.array([c, 7], np.uint32)})
+ckpt("s_crcstr.h5", crc={WTE: lambda c: np.bytes_("%d" % c)})
+ckpt("s_crcfrac.h5", crc={WTE: lambda c: np.float64(c + 0.5)})
+ckpt("s_crcbig.h5", crc={WTE: lambda c: np.uint64(c + (1 << 32))})
 # training state
 ckpt("s_negstep.h5", attrs=dict(step=I64(-5)))
 ckpt("s_bigstep.h5", attrs=dict(step=F64(1e300)))
@@ -389,6 +397,13 @@ rows=(
 "2|s_i32.h5: dataset '/model/transformer.h.0.attn.q_proj.weight' is int32|generate --checkpoint $w/s_i32.h5 --prompt-ids 1"
 "0|s_i32.h5: dataset '/model/transformer.h.0.attn.q_proj.weight' is int32|convert --to-hf $w/hfo3 --checkpoint $w/s_i32.h5"
 "0|s_tp0.h5: attribute 'written_tp' = 0 is out of range|info $w/s_tp0.h5"
+"0|s_crcarr.h5: /model/transformer.wte.weight has no crc32 attribute (one unsigned 32-bit integer)|eval --checkpoint $w/s_crcarr.h5 --data $w/small.h5 --seq-len 16"
+"2|s_crcarr.h5: /model/transformer.wte.weight has no crc32 attribute (one unsigned 32-bit integer)|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_crcarr.h5"
+"0|s_crcarr.h5: /model/transformer.wte.weight has no crc32 attribute (one unsigned 32-bit integer)|convert --to-hf $w/hfcrc --checkpoint $w/s_crcarr.h5"
+"0|s_crc2.h5: /model/transformer.wte.weight has no crc32 attribute|eval --checkpoint $w/s_crc2.h5 --data $w/small.h5 --seq-len 16"
+"0|s_crcstr.h5: /model/transformer.wte.weight has no crc32 attribute|generate --checkpoint $w/s_crcstr.h5 --prompt-ids 1"
+"0|s_crcfrac.h5: /model/transformer.wte.weight has no crc32 attribute|eval --checkpoint $w/s_crcfrac.h5 --data $w/small.h5 --seq-len 16"
+"0|s_crcbig.h5: /model/transformer.wte.weight has no crc32 attribute|eval --checkpoint $w/s_crcbig.h5 --data $w/small.h5 --seq-len 16"
 "0|s_negstep.h5: attribute 'step' = -5 is out of range [0, 1000000000000]|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negstep.h5"
 "2|s_negstep.h5: attribute 'step' = -5 is out of range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_negstep.h5"
 "0|s_bigstep.h5: attribute 'step' = 1e+300 is not an integer in the int64 range|train --config $w/small.conf --data $w/small.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs --resume $w/s_bigstep.h5"

@@ -370,7 +370,7 @@ int gj_ckpt_reader_tensor(gj_ckpt_reader *r, const gj_tensor *t, float *out) {
   hid_t d = H5Dopen2((hid_t)r->f, p, H5P_DEFAULT);
   int e = gj_ckpttensor_read_crc(d, &want);
   if (d >= 0) H5Dclose(d);
-  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute", r->path, p);
+  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", r->path, p);
   if (gj_ckptshare_crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want)
     return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", r->path, p);
   return 0;

@@ -132,8 +132,19 @@ int gj_ckpttensor_write_owned(hid_t f, int fd, const char *path, gj_state *st, g
 
 int gj_ckpttensor_read_crc(hid_t d, uint32_t *want) {
   hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
-  int r = at >= 0 && H5Aread(at, H5T_NATIVE_UINT32, want) >= 0 ? 0 : -1;
-  if (at >= 0) H5Aclose(at);
+  if (at < 0) return -1;
+  /* one integer element (an array would be read whole into *want), of at most 8 bytes, whose
+   * value fits 32 bits */
+  hid_t sp = H5Aget_space(at), ty = H5Aget_type(at);
+  unsigned long long v = 0;
+  int r = sp >= 0 && ty >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && H5Tget_class(ty) == H5T_INTEGER &&
+                  H5Tget_size(ty) <= 8 && H5Aread(at, H5T_NATIVE_ULLONG, &v) >= 0 && v <= UINT32_MAX
+              ? 0
+              : -1;
+  if (!r) *want = (uint32_t)v;
+  if (ty >= 0) H5Tclose(ty);
+  if (sp >= 0) H5Sclose(sp);
+  H5Aclose(at);
   return r;
 }
 
@@ -160,7 +171,7 @@ static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, 
   /* the read names a missing or misshapen dataset; the CRC check comes after */
   GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
                               b - a, t->lcols, local + a * t->lcols));
-  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
+  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", fname, path);
   return 0;
 }
 
@@ -252,7 +263,7 @@ static int read_blocks(hid_t f, const char *fname, const char *path, const gj_te
     check_rows(k, t, r0, nr, buf);
     GJ_TRY(sink->rows(sink->ctx, t, r0, nr, buf));
     /* after the first block's read, as gj_ckpttensor_load reports it */
-    if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute", fname, path);
+    if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", fname, path);
   }
   return 0;
 }

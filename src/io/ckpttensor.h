@@ -55,7 +55,7 @@ int gj_ckpttensor_load_bf16(hid_t f, const char *fname, const char *path, gj_gri
 void gj_ckpttensor_prefetch(hid_t f, int fd, const char *path, gj_grid *g, const gj_tensor *t);
 
 /* The crc32 attribute of an open dataset d: write (path names it in messages), read (-1 when
- * it has none or it does not read). */
+ * it has none, or it is not one integer that fits 32 bits, or it does not read). */
 int gj_ckpttensor_write_crc(hid_t d, const char *path, uint32_t crc);
 int gj_ckpttensor_read_crc(hid_t d, uint32_t *crc);
 
