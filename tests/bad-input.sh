@@ -204,6 +204,9 @@ tokens("d_nbytes.h5", ids.astype(np.uint16), n_bytes=I64(0))
 tokens("d_vfrac.h5", ids.astype(np.uint16), vocab_size=F64(64.5))
 tokens("d_unwritten.h5", None, declared=1 << 26)
 # Hugging Face directories: safetensors headers and config.json
+# a weight in a dtype of the format that is not read (4 bytes, as F32), and a dtype not of the format
+hf("h_i32", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"], "dtype": "I32"}}))
+hf("h_q4", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"], "dtype": "Q4"}}))
 hf("h_dup", header=lambda h: json.dumps(h)[:-1] + ', "lm_head.bias": ' + json.dumps(h["lm_head.bias"]) + "}")
 hf("h_numel", extra={"transformer.h.0.attn.bias": dict(dtype="F32", shape=[1 << 40, 1 << 40, 1 << 40, 16], data_offsets=[0, 0])})
 hf("h_shards", shards=True)
@@ -440,6 +443,9 @@ rows=(
 "0|d_vfrac.h5: attribute 'vocab_size' = 64.5 is not an integer|info $w/d_vfrac.h5"
 "0|d_unwritten.h5: /tokens is not fully written|info $w/d_unwritten.h5"
 "0|model.safetensors: header is not a JSON object without duplicate keys (duplicate object key|convert --from-hf $w/h_dup --out $w/x.h5"
+"0|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported (F32, F16, BF16)|convert --from-hf $w/h_i32 --out $w/x.h5"
+"2|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported (F32, F16, BF16)|eval --hf $w/h_i32 --data $w/ok.h5"
+"0|model.safetensors: tensor 'lm_head.bias': dtype Q4 is not a safetensors dtype|generate --hf $w/h_q4 --prompt-ids 1"
 "0|tensor 'transformer.h.0.attn.bias': the shape's element count overflows|convert --from-hf $w/h_numel --out $w/x.h5"
 "0|tensor 'transformer.wte.weight' is also in|convert --from-hf $w/h_shards --out $w/x.h5"
 "0|config.json: n_embd = 1099511627776 is out of range [1, 65536]|convert --from-hf $w/h_huge --out $w/x.h5"

@@ -49,8 +49,10 @@ static void write_config(const char *dir) {
   fclose(f);
 }
 
-/* Write tensors [first, last) of the layout as one safetensors file (F32), in layout order. */
-static void write_st(const char *path, int first, int last) {
+/* Write tensors [first, last) of the layout as one safetensors file (F32), in layout order;
+ * with buffers, after them each layer's attention-mask buffers as transformers before 4.31
+ * saved them (attn.bias [1, 1, P, P] BOOL, U8 in older versions; attn.masked_bias F32 []). */
+static void write_st_buffers(const char *path, int first, int last, int buffers) {
   json_t *h = json_object();
   uint64_t off = 0;
   for (int i = first; i < last; i++) {
@@ -62,6 +64,19 @@ static void write_st(const char *path, int first, int last) {
                                               (json_int_t)(off + 4 * t->numel)));
     off += 4 * t->numel;
   }
+  const json_int_t P = cfg.n_positions;
+  for (int l = 0; buffers && l < cfg.n_layer; l++) {
+    char nm[128];
+    snprintf(nm, sizeof nm, "transformer.h.%d.attn.bias", l);
+    json_object_set_new(h, nm, json_pack("{s:s, s:[IIII], s:[II]}", "dtype", l % 2 ? "U8" : "BOOL", "shape",
+                                         (json_int_t)1, (json_int_t)1, P, P, "data_offsets", (json_int_t)off,
+                                         (json_int_t)(off + P * P)));
+    off += (uint64_t)(P * P);
+    snprintf(nm, sizeof nm, "transformer.h.%d.attn.masked_bias", l);
+    json_object_set_new(h, nm, json_pack("{s:s, s:[], s:[II]}", "dtype", "F32", "shape", "data_offsets",
+                                         (json_int_t)off, (json_int_t)(off + 4)));
+    off += 4;
+  }
   char *txt = json_dumps(h, JSON_COMPACT);
   uint64_t hl = strlen(txt);
   FILE *f = fopen(path, "wb");
@@ -72,10 +87,18 @@ static void write_st(const char *path, int first, int last) {
     fwrite(v, 4, lay.t[i].numel, f);
     free(v);
   }
+  for (int l = 0; buffers && l < cfg.n_layer; l++) {
+    for (json_int_t r = 0; r < P; r++)
+      for (json_int_t c = 0; c < P; c++) fputc(c <= r, f);
+    float mb = -1e9f;
+    fwrite(&mb, 4, 1, f);
+  }
   fclose(f);
   free(txt);
   json_decref(h);
 }
+
+static void write_st(const char *path, int first, int last) { write_st_buffers(path, first, last, 0); }
 
 static void make_hf(const char *dir) {
   char p[1400];
@@ -146,10 +169,17 @@ START_TEST(test_from_hf_golden) {
   snprintf(p2, sizeof p2, "%s/model-00001-of-00002.safetensors", hs);
   write_st(p2, 0, half);
   snprintf(p2, sizeof p2, "%s/model-00002-of-00002.safetensors", hs);
-  write_st(p2, half, lay.n);
+  write_st_buffers(p2, half, lay.n, 1); /* with HF's attention-mask buffers: skipped */
   json_t *idx = json_object(), *wm = json_object();
   for (int i = 0; i < lay.n; i++)
     json_object_set_new(wm, lay.t[i].name, json_string(i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
+  for (int l = 0; l < cfg.n_layer; l++) {
+    char nm[128];
+    snprintf(nm, sizeof nm, "transformer.h.%d.attn.bias", l);
+    json_object_set_new(wm, nm, json_string("model-00002-of-00002.safetensors"));
+    snprintf(nm, sizeof nm, "transformer.h.%d.attn.masked_bias", l);
+    json_object_set_new(wm, nm, json_string("model-00002-of-00002.safetensors"));
+  }
   json_object_set_new(idx, "weight_map", wm);
   snprintf(p2, sizeof p2, "%s/model.safetensors.index.json", hs);
   json_dump_file(idx, p2, 0);

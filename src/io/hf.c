@@ -146,13 +146,15 @@ static int find(gj_hf *h, const char *name, gj_st_file **f, const gj_st_tensor *
 }
 
 static int check_shape(const gj_st_file *f, const gj_st_tensor *st, const gj_tensor *t) {
-    int ok = st->ndim == t->ndim && st->shape[0] == t->rows && (t->ndim == 1 || st->shape[1] == t->cols);
-    if (!ok) {
-      char want[64];
-      if (t->ndim == 2) snprintf(want, sizeof want, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
-      else snprintf(want, sizeof want, "[%lld]", (long long)t->rows);
-      return GJ_FAIL("%s: tensor '%s' has the wrong shape for config.json (expected %s)", f->path, t->name, want);
-    }
+  if (st->dtype == GJ_ST_OTHER)
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", f->path, t->name, st->dtype_name);
+  int ok = st->ndim == t->ndim && st->shape[0] == t->rows && (t->ndim == 1 || st->shape[1] == t->cols);
+  if (!ok) {
+    char want[64];
+    if (t->ndim == 2) snprintf(want, sizeof want, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
+    else snprintf(want, sizeof want, "[%lld]", (long long)t->rows);
+    return GJ_FAIL("%s: tensor '%s' has the wrong shape for config.json (expected %s)", f->path, t->name, want);
+  }
   return 0;
 }
 

@@ -39,10 +39,24 @@ uint16_t gj_f32_to_bf16(float f) {
   return (uint16_t)(bits >> 16);
 }
 
-static int dtype_of(const char *s, gj_st_dtype *d) {
-  if (!strcmp(s, "F32")) return *d = GJ_ST_F32, 0;
-  if (!strcmp(s, "F16")) return *d = GJ_ST_F16, 0;
-  if (!strcmp(s, "BF16")) return *d = GJ_ST_BF16, 0;
+/* The dtypes of the safetensors format and their sizes; the first three are the ones read. */
+static const struct {
+  const char *name;
+  gj_st_dtype dtype;
+  int size;
+} dtypes[] = {{"F32", GJ_ST_F32, 4},   {"F16", GJ_ST_F16, 2},       {"BF16", GJ_ST_BF16, 2},
+              {"BOOL", GJ_ST_OTHER, 1}, {"U8", GJ_ST_OTHER, 1},      {"I8", GJ_ST_OTHER, 1},
+              {"F8_E4M3", GJ_ST_OTHER, 1}, {"F8_E5M2", GJ_ST_OTHER, 1}, {"I16", GJ_ST_OTHER, 2},
+              {"U16", GJ_ST_OTHER, 2}, {"I32", GJ_ST_OTHER, 4},     {"U32", GJ_ST_OTHER, 4},
+              {"I64", GJ_ST_OTHER, 8}, {"U64", GJ_ST_OTHER, 8},     {"F64", GJ_ST_OTHER, 8}};
+
+static int dtype_of(const char *s, gj_st_tensor *t) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (!strcmp(s, dtypes[i].name)) {
+      t->dtype = dtypes[i].dtype, t->elem_size = dtypes[i].size;
+      snprintf(t->dtype_name, sizeof t->dtype_name, "%s", s);
+      return 0;
+    }
   return -1;
 }
 
@@ -73,8 +87,8 @@ static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t d
   if (!json_is_object(v)) return GJ_FAIL("%s: tensor '%s' is not a JSON object", path, key);
   json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
          *off = json_object_get(v, "data_offsets");
-  if (!json_is_string(dt) || dtype_of(json_string_value(dt), &t->dtype))
-    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", path, key,
+  if (!json_is_string(dt) || dtype_of(json_string_value(dt), t))
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not a safetensors dtype", path, key,
                    json_is_string(dt) ? json_string_value(dt) : "(missing)");
   if (!json_is_array(sh) || json_array_size(sh) > 4 || !json_is_array(off) || json_array_size(off) != 2)
     return GJ_FAIL("%s: tensor '%s': bad shape or data_offsets", path, key);
@@ -89,7 +103,7 @@ static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t d
     if (gj_mul_size(&numel, numel, (size_t)t->shape[i]))
       return GJ_FAIL("%s: tensor '%s': the shape's element count overflows", path, key);
   }
-  if (gj_mul_size(&bytes, numel, dtype_size(t->dtype)))
+  if (gj_mul_size(&bytes, numel, (size_t)t->elem_size))
     return GJ_FAIL("%s: tensor '%s': the shape's byte count overflows", path, key);
   json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
   if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
@@ -99,7 +113,7 @@ static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t d
   t->begin = data0 + (uint64_t)json_integer_value(b), t->end = data0 + (uint64_t)json_integer_value(e);
   if (t->end - t->begin != bytes)
     return GJ_FAIL("%s: tensor '%s': %llu data bytes for %zu elements of %zu bytes", path, key,
-                   (unsigned long long)(t->end - t->begin), numel, dtype_size(t->dtype));
+                   (unsigned long long)(t->end - t->begin), numel, (size_t)t->elem_size);
   return 0;
 }
 
@@ -176,7 +190,9 @@ const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name) {
 
 /* n elements of t from element e0 (row-major), converted to float32 into out. */
 static int read_elems(gj_st_file *s, const gj_st_tensor *t, uint64_t e0, uint64_t n, float *out) {
-  size_t es = dtype_size(t->dtype);
+  if (t->dtype == GJ_ST_OTHER)
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", s->path, t->name, t->dtype_name);
+  size_t es = (size_t)t->elem_size;
   if (fseeko(s->f, (off_t)(t->begin + e0 * es), SEEK_SET)) return GJ_FAIL("%s: seek failed", s->path);
   if (t->dtype == GJ_ST_F32) {
     if (fread(out, 4, n, s->f) != n) return GJ_FAIL("%s: tensor '%s' truncated", s->path, t->name);
@@ -195,7 +211,7 @@ static int read_elems(gj_st_file *s, const gj_st_tensor *t, uint64_t e0, uint64_
 }
 
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
-  return read_elems(s, t, 0, (t->end - t->begin) / dtype_size(t->dtype), out);
+  return read_elems(s, t, 0, (t->end - t->begin) / (uint64_t)t->elem_size, out);
 }
 
 int gj_st_read_block_f32(gj_st_file *s, const gj_st_tensor *t, int64_t row0, int64_t nrows, int64_t col0,

@@ -13,11 +13,15 @@
 
 #include "io/outfile.h"
 
-typedef enum { GJ_ST_F32, GJ_ST_F16, GJ_ST_BF16 } gj_st_dtype;
+/* GJ_ST_OTHER: any other safetensors dtype (BOOL, U8, I64, F64, ...): its bytes are checked
+ * like any tensor's, but it is not read (Hugging Face's attention-mask buffers, skipped). */
+typedef enum { GJ_ST_F32, GJ_ST_F16, GJ_ST_BF16, GJ_ST_OTHER } gj_st_dtype;
 
 typedef struct {
   char name[256];
   gj_st_dtype dtype;
+  char dtype_name[16]; /* as the header spells it */
+  int elem_size;       /* bytes per element */
   int ndim;
   int64_t shape[4];
   uint64_t begin, end; /* absolute file offsets */
@@ -38,7 +42,8 @@ int gj_st_open(gj_st_file *s, const char *path);
 void gj_st_close(gj_st_file *s);
 /* The tensor of that name, or NULL; O(log n). */
 const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name);
-/* Read tensor t converted to float32 into out (numel floats). */
+/* Read tensor t converted to float32 into out (numel floats); t must be F32, F16 or BF16 (the
+ * readers refuse another dtype, naming it). */
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out);
 /* Rows [row0, row0 + nrows) x columns [col0, col0 + ncols) of t seen as [shape[0], the rest]
  * (a 1-D tensor: one column), converted to float32 into out [nrows, ncols]; only those bytes
