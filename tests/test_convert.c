@@ -14,6 +14,7 @@
 #include "common.h"
 #include "io/dataset.h"
 #include "io/h5util.h"
+#include "io/hf.h"
 #include "io/safetensors.h"
 #include "model/params.h"
 #include "testutil.h"
@@ -524,6 +525,38 @@ START_TEST(test_random_hf) {
 }
 END_TEST
 
+/* config.json's optional keys as transformers' GPTJConfig reads them: rotary_dim missing is its
+ * default 64, null the whole head; n_inner missing or null is 4 n_embd. A default that does not
+ * fit the head is refused, saying where the 64 came from. */
+START_TEST(test_hf_config_defaults) {
+  struct { const char *extra; int64_t rot, inner; } cs[] = {
+      {"", 64, 1024}, {", \"rotary_dim\": null, \"n_inner\": null", 128, 1024}, {", \"rotary_dim\": 32, \"n_inner\": 8", 32, 8}};
+  char d[1300], p[1400];
+  snprintf(d, sizeof d, "%s/hfcfg", OUT);
+  sh("rm -rf %s && mkdir -p %s && printf '\\002\\000\\000\\000\\000\\000\\000\\000{}' > %s/model.safetensors", d, d, d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  for (int i = 0; i < 4; i++) {
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"vocab_size\": 64, \"n_positions\": 32, \"n_embd\": %d, \"n_layer\": 1, \"n_head\": 2%s}",
+            i < 3 ? 256 : 64, i < 3 ? cs[i].extra : "");
+    fclose(f);
+    gj_hf h;
+    gj_config c;
+    int rc = gj_hf_open(&h, d, &c);
+    if (i == 3) { /* head 32 < 64 */
+      ck_assert_int_ne(rc, 0);
+      ck_assert_msg(strstr(gj_errmsg(), "config.json: rotary_dim 64 is larger than the head dimension 32") &&
+                        strstr(gj_errmsg(), "no 'rotary_dim': transformers' default is 64"), "%s", gj_errmsg());
+      continue;
+    }
+    ck_assert_msg(rc == 0, "%s", gj_errmsg());
+    ck_assert_int_eq(c.rotary_dim, cs[i].rot);
+    ck_assert_int_eq(c.n_inner, cs[i].inner);
+    gj_hf_close(&h);
+  }
+}
+END_TEST
+
 int main(void) {
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
@@ -552,6 +585,7 @@ int main(void) {
   tcase_add_test(tc, test_hf_direct);
   tcase_add_test(tc, test_ckpt_bf16_checks);
   tcase_add_test(tc, test_random_hf);
+  tcase_add_test(tc, test_hf_config_defaults);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

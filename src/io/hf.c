@@ -45,6 +45,8 @@ static int read_config(const char *dir, gj_config *c) {
     } else if (ks[i].required || (v && !json_is_null(v))) {
       json_what(v, what, sizeof what);
       rc = GJ_FAIL("%s: '%s' must be an integer, got %s", p, ks[i].k, what);
+    } else if (!v) {
+      *ks[i].dst = -2; /* missing, not null: GPTJConfig's default */
     }
   }
   json_t *eps = json_object_get(r, "layer_norm_epsilon");
@@ -65,10 +67,18 @@ static int read_config(const char *dir, gj_config *c) {
   if (given.n_inner < 0) given.n_inner = 1;
   if (given.rotary_dim < 0) given.rotary_dim = 0;
   if (gj_config_validate(&given)) return gj_err_prefix(p);
-  if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;              /* HF: None means 4 n_embd */
-  if (c->rotary_dim < 0) c->rotary_dim = c->n_embd / c->n_head; /* None: the whole head */
-  if (gj_config_validate(c)) return gj_err_prefix(p);
-  return 0;
+  /* HF: n_inner None (GPTJConfig's default too) means 4 n_embd; rotary_dim None the whole
+   * head, and a config without it has GPTJConfig's default, 64 */
+  int rot_missing = c->rotary_dim == -2;
+  if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;
+  if (c->rotary_dim == -1) c->rotary_dim = c->n_embd / c->n_head;
+  if (rot_missing) c->rotary_dim = 64;
+  if (!gj_config_validate(c)) return 0;
+  if (!rot_missing) return gj_err_prefix(p);
+  char why[GJ_ERRMSG_MAX];
+  snprintf(why, sizeof why, "%s", gj_errmsg());
+  return GJ_FAIL("%s: %s (it has no 'rotary_dim': transformers' default is 64; null means the whole "
+                 "head)", p, why);
 }
 
 /* The shard files, from model.safetensors.index.json, or the single model.safetensors. */
