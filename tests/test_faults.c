@@ -108,6 +108,11 @@ START_TEST(test_fresh_start_and_rotation) {
   ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 6 --run-dir %s", COMMON, DATA, run), 1);
   ck_assert(grep(log, "holds a run (checkpoints up to step 6): continue it with --resume auto, or start over with --overwrite"));
   ck_assert_msg(sh("cd %s && md5sum -c --quiet ../fresh.md5", run) == 0, "the refused start changed the run directory");
+  /* intact checkpoints of another model: refused, saying why, not that they are damaged */
+  ck_assert_int_eq(gptj(0, log, "train %s --n_layer 7 --data %s --steps 8 --run-dir %s --resume auto", COMMON, DATA, run), 1);
+  ck_assert(grep(log, "none of its 3 checkpoints loads (the newest: .*ckpt-00000006.h5: checkpoint has n_layer = 2, "
+                      "this run has 7); refusing to start over"));
+  ck_assert_msg(sh("cd %s && md5sum -c --quiet ../fresh.md5", run) == 0, "the refused resume changed the run directory");
   /* a restart from step 2 in the same directory */
   ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 4 --run-dir %s --resume %s/ckpt-00000002.h5",
                         COMMON, DATA, run, run), 1);

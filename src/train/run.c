@@ -32,7 +32,7 @@ int gj_run_resume(gj_state *st, gj_grid *g, const char *resume, const char *run_
   rc = steps || !n ? 0 : GJ_FAIL("out of memory");
   if (!rc) rc = gj_bcast(g->world, steps, n * sizeof(int64_t), 0);
   if (rc) return free(steps), gj_agree(g->world, rc);
-  char path[GJ_PATH_BUF];
+  char path[GJ_PATH_BUF], first[GJ_ERRMSG_MAX] = "";
   for (int i = 0; i < n; i++) {
     rc = gj_ckpt_path(path, sizeof path, run_dir, steps[i]);
     if (!rc) rc = gj_ckpt_load(path, st, g, meta, 1);
@@ -42,13 +42,14 @@ int gj_run_resume(gj_state *st, gj_grid *g, const char *resume, const char *run_
       break;
     }
     if (rc == GJ_STOPPED) break;
+    if (!i) snprintf(first, sizeof first, "%s", gj_errmsg());
     if (g->rank == 0) gj_warn("cannot resume from %s: %s; trying an older checkpoint", path, gj_errmsg());
   }
   free(steps);
   if (rc == GJ_STOPPED) return rc;
   if (n > 0 && !*resumed)
-    return GJ_FAIL("%s: no usable checkpoint (all %d damaged); refusing to start over in a run "
-                   "directory that has checkpoints", run_dir, n);
+    return GJ_FAIL("%s: none of its %d checkpoints loads (the newest: %s); refusing to start over in "
+                   "a run directory that has checkpoints", run_dir, n, first);
   if (n == 0) gj_info("no checkpoint in %s: starting from scratch", run_dir);
   return 0;
 }
