@@ -246,6 +246,38 @@ START_TEST(test_skipped_step) {
 }
 END_TEST
 
+/* A finite gradient whose square overflows float (weights of 1e25 in a checkpoint, resumed with
+ * --clip 0, plain and with the optimizer in backward): the update is skipped with a warning
+ * that says why, instead of writing an infinite AdamW moment into every later checkpoint (which
+ * no resume loads): the run's last checkpoint resumes. */
+START_TEST(test_huge_gradient) {
+  for (int oib = 0; oib < 2; oib++) {
+    double ref[64];
+    char args[2048], log[1400], run[1300];
+    run_layout("hg", 1, 1, "", ref, 2);
+    snprintf(run, sizeof run, "%s/hg", OUT);
+    snprintf(log, sizeof log, "%s.log", run);
+    ck_assert_int_eq(sh("/usr/bin/python3 -c \"import h5py, zlib, numpy as np\n"
+                        "f = h5py.File('%s/ckpt-00000002.h5', 'r+'); d = f['model/transformer.ln_f.weight']\n"
+                        "a = np.full(d.shape, 1e25, np.float32); d[...] = a; d.attrs['crc32'] = np.uint32(zlib.crc32(a.tobytes()))\"",
+                        run), 0);
+    for (int steps = 4; steps <= 5; steps++) {
+      snprintf(args, sizeof args, "train %s --data %s --steps %d --micro-batch 8 --run-dir %s --resume auto --clip 0%s",
+               COMMON, DATA, steps, run, oib ? " --optimizer-in-backward 1" : "");
+      int rc = gptj(0, args, log);
+      if (rc) sh("cat %s >&2", log);
+      ck_assert_int_eq(rc, 0);
+      ck_assert_int_eq(sh("/usr/bin/python3 -c \"import h5py, numpy as np, sys\n"
+                          "f = h5py.File('%s/ckpt-%08d.h5')\n"
+                          "bad = []; f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not np.isfinite(o[...]).all() else None)\n"
+                          "print(*bad); sys.exit(1 if bad else 0)\"", run, steps), 0);
+    }
+    ck_assert_int_eq(sh("grep -q 'step 5: gradient norm .* is above 1e+19 (its square would overflow AdamW.s float32 "
+                        "second moment): update skipped' %s", log), 0);
+  }
+}
+END_TEST
+
 /* gptj bench on 2 DP ranks: its figures are there and sane, the GEMM efficiency taken pair by
  * pair from each measured step and the step's products replayed alone right after it. */
 START_TEST(test_bench) {
@@ -386,6 +418,7 @@ int main(void) {
   TU_ADD(s, test_bad_layout, NULL, 900);
   TU_ADD(s, test_nan_steps, NULL, 900);
   TU_ADD(s, test_skipped_step, NULL, 900);
+  TU_ADD(s, test_huge_gradient, NULL, 900);
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
   TU_ADD(s, test_bench, NULL, 900);

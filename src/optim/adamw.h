@@ -27,6 +27,13 @@ double gj_grad_sumsq(const gj_layout *l, const float *grads, const gj_rowgrad *r
 /* The clip factor for a global norm. */
 double gj_clip_coef(double norm, double clip);
 
+/* The largest gradient norm (after clipping) an update is applied with: below it every element
+ * g has g^2 < 1e38, so AdamW's float32 second moment (beta2 v + (1 - beta2) g^2) stays finite.
+ * Above it (only with --clip 0: clipping bounds the norm by the clip) the update is skipped as a
+ * non-finite one is: an infinite v would freeze the weight and be written to every later
+ * checkpoint, which the loader refuses. */
+#define GJ_GRAD_NORM_MAX 1e19
+
 /* One AdamW update (step t >= 1, learning rate lr for this step) of the elements of the flat
  * range [lo, lo + n) of the parameter block; gradients are multiplied by clip_coef first.
  * p is the whole block; g, m and v hold the range only (g[0], m[0] are element lo); rows as

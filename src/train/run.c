@@ -203,6 +203,9 @@ static int loop_step(loop_state *s, int *stop) {
   gj_gemm_record(0);
   if (rc) return rc;
   if (out.finite) s->bad = 0, meta->updates++;
+  else if (isfinite(out.loss) && isfinite(out.grad_norm))
+    gj_warn("step %lld: gradient norm %g is above %g (its square would overflow AdamW's float32 second "
+            "moment): update skipped (%lld in a row)", (long long)step, out.grad_norm, GJ_GRAD_NORM_MAX, (long long)++s->bad);
   else gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
                (long long)step, out.loss, out.grad_norm, (long long)++s->bad);
   meta->step = step;

@@ -68,8 +68,9 @@ static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
   if (r->in->inject_nan && lo == gj_layout_part_lo(&st->lay, r->in->inject_nan - 1)) gr[0] = NAN;
   double s = gj_grad_sumsq(&st->lay, gr, NULL, g->tp_rank, lo, hi - lo);
   r->sumsq += s;
-  /* the TP shards of a range agree on applying it (DP ranks hold the same sums) */
-  int bad = r->bad || !isfinite(s);
+  /* the TP shards of a range agree on applying it (DP ranks hold the same sums); a range whose
+   * norm on this rank is GJ_GRAD_NORM_MAX or more is not applied either */
+  int bad = r->bad || !(s < GJ_GRAD_NORM_MAX * GJ_GRAD_NORM_MAX);
   if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, &bad, 1));
   r->bad = bad;
   if (!bad) {
@@ -150,7 +151,9 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
   out->loss = red[0] / in->n_targets;
   out->grad_norm = sqrt(red[1]);
-  out->finite = isfinite(out->loss) && isfinite(out->grad_norm);
+  /* under the optimizer in backward, what was applied (each range's norm was checked) */
+  out->finite = isfinite(out->loss) &&
+                (t->oib ? !oib.bad : out->grad_norm * gj_clip_coef(out->grad_norm, t->hp.grad_clip) < GJ_GRAD_NORM_MAX);
   if (t->oib) {
     out->optim_s = oib.opt_s + gj_now() - t0;
     if (!oib.applied) return 0; /* not finite from the first range on: skipped whole */
