@@ -171,10 +171,13 @@ static void spit_gz(const char *path, const char *b, size_t n) {
   ck_assert_int_eq(gzclose(g), Z_OK);
 }
 
-/* times copies of b as one zstd stream (several frames: the reader must follow them) */
+/* times copies of b as one zstd stream (several frames: the reader must follow them), after a
+ * skippable frame, as pzstd writes first */
 static void spit_zst(const char *path, const char *b, size_t n, int times) {
   FILE *f = fopen(path, "wb");
   ck_assert_ptr_nonnull(f);
+  static const unsigned char skip[12] = {0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 'g', 'p', 't', 'j'};
+  ck_assert(fwrite(skip, 1, sizeof skip, f) == sizeof skip);
   ZSTD_CCtx *c = ZSTD_createCCtx();
   size_t cap = ZSTD_CStreamOutSize();
   char *o = malloc(cap);
@@ -323,6 +326,10 @@ START_TEST(test_tokenize_identical) {
   snprintf(cmd, sizeof cmd, "%s/a.h5", d);
   ck_assert_int_eq(attr_i64(cmd, "n_docs"), 25);
   ck_assert_int_eq(attr_i64(cmd, "n_tokens"), 63880);
+  /* the same text with CRLF line ends: the same tokens (no '\r' kept at the lines' ends) */
+  ck_assert_int_eq(tu_sh("sed 's/$/\r/' %s/plain/corpus/a.txt > %s/crlf.txt && %s/gptj tokenize --out %s/crlf.h5 %s/crlf.txt "
+                         ">/dev/null 2>&1 && h5diff %s/a.h5 %s/crlf.h5 /tokens /tokens && h5diff %s/a.h5 %s/crlf.h5 "
+                         "/doc_offsets /doc_offsets", d, d, B_, d, d, d, d, d, d), 0);
   snprintf(cmd, sizeof cmd, "%s/ref.h5", d);
   int64_t ndocs = attr_i64(cmd, "n_docs");
   ck_assert_int_gt(ndocs, 700); /* the JSONL lines are documents */

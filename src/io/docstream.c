@@ -34,7 +34,10 @@ int gj_docstream_is_jsonl(const char *path) {
 static int kind_of(const char *path, const unsigned char *m, size_t n, int *kind) {
   size_t l = strlen(path);
   int gz = n >= 2 && m[0] == 0x1f && m[1] == 0x8b;
-  int zs = n >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd;
+  /* a zstd frame, or a skippable frame (magic 0x184D2A50-5F, little-endian), as pzstd's output
+   * starts with */
+  int zs = n >= 4 && ((m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) ||
+                      ((m[0] & 0xf0) == 0x50 && m[1] == 0x2a && m[2] == 0x4d && m[3] == 0x18));
   if (ends_with(path, l, ".gz") && !gz) return GJ_FAIL("%s: not gzip data (corrupt .gz file)", path);
   if (ends_with(path, l, ".zst") && !zs) return GJ_FAIL("%s: not zstd data (corrupt .zst file)", path);
   *kind = gz ? GZIP : zs ? ZSTD : PLAIN;
@@ -256,6 +259,7 @@ static int read_lines(lines *l, uint64_t lo, uint64_t hi, int jsonl, const gj_do
       if (start >= hi) break;
       if (in_doc) rc = fn(ctx, doc, dn), in_doc = 0, dn = 0;
     } else {
+      if (line[len - 1] == '\r') len--; /* CRLF text: its lines are joined with \n alone */
       if (in_doc) rc = doc_add(l, &doc, &dn, &dcap, "\n", 1, o->max_doc);
       if (!rc) rc = doc_add(l, &doc, &dn, &dcap, line, len, o->max_doc);
       in_doc = 1;
