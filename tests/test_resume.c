@@ -29,6 +29,36 @@ START_TEST(test_resume_exact) {
 }
 END_TEST
 
+/* One corpus: the checkpoint records its window count; a resume over another count (here
+ * another --seq-len) is refused, saying why and what to do, and leaves the run as it was; a
+ * checkpoint of before the count was recorded resumes exactly. */
+START_TEST(test_resume_other_windows) {
+  double a[64], b[64];
+  char args[2048], log[1400], run[1300];
+  run_layout("wa", 1, 1, "", a, 5);
+  run_layout("wb", 1, 1, "", b, 3);
+  snprintf(run, sizeof run, "%s/wb", OUT);
+  snprintf(log, sizeof log, "%s/wb2.log", OUT);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import h5py; print(h5py.File('%s/ckpt-00000003.h5')['loader'].attrs['windows'])\" "
+                      "> %s/wb.windows && test \"$(cat %s/wb.windows)\" -gt 0", run, OUT, OUT), 0);
+  sh("cd %s && md5sum ckpt-*.h5 latest metrics.jsonl > ../wb.md5", run);
+  snprintf(args, sizeof args, "train %s --data %s --steps 5 --micro-batch 8 --seq-len 16 --run-dir %s --resume auto",
+           COMMON, DATA, run);
+  ck_assert_int_eq(gptj(0, args, log), 1);
+  ck_assert_int_eq(sh("grep -q \"the checkpoint's data order is over $(cat %s/wb.windows) windows, this run's data has "
+                      "[0-9]* (another dataset or --seq-len?): resume with the checkpoint's --data and --seq-len\" %s",
+                      OUT, log), 0);
+  ck_assert_msg(sh("cd %s && md5sum -c --quiet ../wb.md5", run) == 0, "the refused resume changed the run directory");
+  /* without the attribute (an older checkpoint): checked by position only, resumed exactly */
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import h5py; del h5py.File('%s/ckpt-00000003.h5', 'r+')['loader'].attrs['windows']\"",
+                      run), 0);
+  snprintf(args, sizeof args, "train %s --data %s --steps 5 --micro-batch 8 --run-dir %s --resume auto", COMMON, DATA, run);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_eq(read_losses(run, b, 64, NULL), 5);
+  for (int i = 0; i < 5; i++) ck_assert_msg(a[i] == b[i], "step %d: %.9g vs %.9g", i + 1, a[i], b[i]);
+}
+END_TEST
+
 /* A blend of two corpora, the second a directory of two shards: 10 steps at (2,2) equal 5 + a
  * resume at (2,2) + 5 exactly, and a resume at (1,4) with ZeRO-1 within the layout tolerance;
  * the checkpoint records the blend (gptj info shows it); a resume with other weights, or
@@ -258,6 +288,7 @@ int main(void) {
   TU_ADD(s, test_kill_during_save, "long", 900);
   TU_ADD(s, test_signal_stop, "long", 900);
   TU_ADD(s, test_resume_exact, NULL, 900);
+  TU_ADD(s, test_resume_other_windows, NULL, 900);
   TU_ADD(s, test_damaged_checkpoints, NULL, 900);
   TU_ADD(s, test_disk_full, NULL, 900);
   return tu_run(s);

@@ -136,12 +136,13 @@ static void close_groups(hid_t h[3]) {
     if (h[i] >= 0) H5Gclose(h[i]);
 }
 
-/* A blend's state in /loader, written for a blend only: corpora = K, and for each corpus k
- * corpus_<k>_share, corpus_<k>_windows and corpus_<k>_drawn. */
+/* A blend's state in /loader: corpora = K, and for each corpus k corpus_<k>_share,
+ * corpus_<k>_windows and corpus_<k>_drawn; for one corpus, windows (its window count). */
 static void blend_key(char *out, size_t n, int k, const char *what) { snprintf(out, n, "corpus_%d_%s", k, what); }
 
 static int write_blend(hid_t h, const gj_loader_state *st) {
-  if (st->n_corpora <= 1) return 0;
+  if (st->n_corpora <= 1) /* one corpus: its window count */
+    return st->windows[0] ? gj_h5_write_attr_i64(h, "windows", (int64_t)st->windows[0]) : 0;
   GJ_TRY(gj_h5_write_attr_i64(h, "corpora", st->n_corpora));
   char key[64];
   for (int k = 0; k < st->n_corpora; k++) {
@@ -157,8 +158,14 @@ static int write_blend(hid_t h, const gj_loader_state *st) {
 
 static int read_blend(hid_t h, const char *path, gj_loader_state *st) {
   st->n_corpora = 1;
-  if (H5Aexists(h, "corpora") <= 0) return 0;
   int64_t n, v;
+  if (H5Aexists(h, "corpora") <= 0) { /* one corpus: its window count, 0 if not recorded */
+    st->windows[0] = 0;
+    if (H5Aexists(h, "windows") <= 0) return 0;
+    GJ_TRY(gj_h5_attr_i64_in(h, path, "windows", 1, MAX_TOKENS, &v));
+    st->windows[0] = (uint64_t)v;
+    return 0;
+  }
   GJ_TRY(gj_h5_attr_i64_in(h, path, "corpora", 2, GJ_MAX_CORPORA, &n));
   st->n_corpora = (int)n;
   char key[64];

@@ -94,7 +94,7 @@ int gj_loader_init_data(gj_loader *l, const gj_data *d, int64_t T, uint64_t seed
       return GJ_FAIL("--data: corpus %s has %llu tokens, fewer than one window of seq_len + 1 = %lld in "
                      "each shard", d->name[k], (unsigned long long)gj_data_corpus_tokens(d, k), (long long)T + 1);
   }
-  if (d->n_corpora == 1) st->weight[0] = 0, st->windows[0] = 0; /* one corpus: no blend state */
+  if (d->n_corpora == 1) st->weight[0] = 0; /* one corpus: no blend state but its window count */
   return 0;
 }
 
@@ -140,9 +140,14 @@ int gj_loader_restore(gj_loader *l, const gj_loader_state *st) {
     l->st.seed = st->seed;
     return restore_blend(l, st);
   }
-  if (st->cursor > l->n_windows)
-    return GJ_FAIL("%s: saved loader position %llu is beyond the dataset's %llu windows (another "
-                   "dataset or sequence length?)", l->shard[0].path, (unsigned long long)st->cursor,
+  /* the epoch's order is a permutation of the windows: over another count, the saved position
+   * would repeat some windows of the epoch and skip others (a checkpoint of before the count was
+   * recorded, windows 0, is checked by its position alone) */
+  if ((st->windows[0] && st->windows[0] != l->n_windows) || st->cursor > l->n_windows)
+    return GJ_FAIL("%s: the checkpoint's data order is over %llu windows, this run's data has %llu "
+                   "(another dataset or --seq-len?): resume with the checkpoint's --data and --seq-len, "
+                   "or train on this data from its weights alone (gptj convert --to-hf, then --from-hf)",
+                   l->shard[0].path, (unsigned long long)(st->windows[0] ? st->windows[0] : st->cursor),
                    (unsigned long long)l->n_windows);
   l->st.seed = st->seed, l->st.epoch = st->epoch, l->st.cursor = st->cursor;
   return 0;
