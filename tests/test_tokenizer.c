@@ -326,6 +326,10 @@ START_TEST(test_tokenize_identical) {
   snprintf(cmd, sizeof cmd, "%s/a.h5", d);
   ck_assert_int_eq(attr_i64(cmd, "n_docs"), 25);
   ck_assert_int_eq(attr_i64(cmd, "n_tokens"), 63880);
+  /* an output name of 248 characters (its temporaries get names of their own): the same file */
+  ck_assert_int_eq(tu_sh("n=%s/$(printf 'n%%.0s' $(seq 245)).h5 && %s/gptj tokenize --out $n %s/plain/corpus/a.txt >/dev/null 2>&1 "
+                         "&& h5diff %s/a.h5 $n /tokens /tokens && rm $n && test -z \"$(ls -A %s | grep -i spool)\"",
+                         d, B_, d, d, d), 0);
   /* the same text with CRLF line ends: the same tokens (no '\r' kept at the lines' ends) */
   ck_assert_int_eq(tu_sh("sed 's/$/\r/' %s/plain/corpus/a.txt > %s/crlf.txt && %s/gptj tokenize --out %s/crlf.h5 %s/crlf.txt "
                          ">/dev/null 2>&1 && h5diff %s/a.h5 %s/crlf.h5 /tokens /tokens && h5diff %s/a.h5 %s/crlf.h5 "

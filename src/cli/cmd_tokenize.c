@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,9 +523,14 @@ static int tok_parts(tok_ctx *x) {
   x->docbase = calloc(np + 1, sizeof *x->docbase), x->sbase = calloc(np * 4 + 1, sizeof *x->sbase);
   int rc = x->cnt && x->scnt && x->tok0 && x->len0 && x->docbase && x->sbase ? 0 : GJ_FAIL("out of memory for %zu parts", np);
   if (!rc) rc = gj_tokenizer_load(&wk->t, x->dir);
-  /* the spools: beside the output, named after it and this rank (a rank's own pid) */
+  /* the spools: beside the output, named after it and this rank (a rank's own pid); hidden
+   * names of their own where the output's name leaves no room for the suffixes */
   char base[GJ_PATH_BUF];
-  snprintf(base, sizeof base, "%s.tmp.spool%ld", x->out, (long)getpid());
+  const char *slash = strrchr(x->out, '/');
+  if (strlen(slash ? slash + 1 : x->out) + 48 <= NAME_MAX)
+    snprintf(base, sizeof base, "%s.tmp.spool%ld", x->out, (long)getpid());
+  else
+    snprintf(base, sizeof base, "%.*s.gptj-spool%ld", (int)(slash ? slash - x->out + 1 : 0), x->out, (long)getpid());
   if (!rc) rc = spool_open(&wk->tok, base, x->rank, "tok", TOK_BUF * 2);
   if (!rc) rc = spool_open(&wk->len, base, x->rank, "len", LEN_BUF * 16);
   wk->rank = x->rank, wk->size = x->size, wk->total = x->total, wk->t0 = wk->last = gj_now();
