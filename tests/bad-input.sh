@@ -39,6 +39,7 @@ with open(w + "/late.jsonl", "w") as f:
 open(w + "/long.txt", "w").write("word " * 300000 + "\n")
 PY
 printf '\x1f\x8b\x08\x00garbage, not deflate data' > "$w/bad.txt.gz"
+(printf 'some text\n' | gzip -c; head -c 100 /dev/zero; printf 'x') > "$w/padx.txt.gz"   # zero padding, then data
 mkdir -p "$w/nocorpus" && : > "$w/nocorpus/README"
 cp "$w/text.h5" "$w/text.h5.zst" && cp "$top/data/brown-valid.txt" "$w/ok.h5.txt"
 printf 'n_embd = 64\nn_hed = 4\n' > "$w/typo.conf"
@@ -365,6 +366,7 @@ rows=(
 "2|bad.jsonl.zst: corrupt zstd data|tokenize --out $w/x.h5 $w/ok.h5.txt $w/bad.jsonl.zst"
 "0|cut.jsonl.zst: truncated zstd data|tokenize --out $w/x.h5 $w/cut.jsonl.zst"
 "0|bad.txt.gz: corrupt gzip data|tokenize --out $w/x.h5 $w/bad.txt.gz"
+"0|padx.txt.gz: corrupt gzip data: data after the zero padding that follows it|tokenize --out $w/x.h5 $w/padx.txt.gz"
 "0|text.h5.zst: not zstd data|tokenize --out $w/x.h5 $w/text.h5.zst"
 "0|notext.jsonl:1: no \"body\" string field|tokenize --text-key body --out $w/x.h5 $w/notext.jsonl"
 "2|late.jsonl:3001: no \"text\" string field|tokenize --part-bytes 20000 --out $w/x.h5 $w/late.jsonl"
@@ -427,6 +429,8 @@ rows=(
 "0|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
 "2|d_i64.h5: /tokens is int64, expected uint16 token ids|train --config $w/small.conf --data $w/d_i64.h5 --steps 1 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
 "0|d_f32.h5: /tokens is float32, expected uint16|eval --checkpoint $w/s_good.h5 --data $w/d_f32.h5"
+"0|s_good.h5: attribute 'format' is 'gptj-mpi-checkpoint', not a gptj token dataset|eval --checkpoint $w/s_good.h5 --data $w/s_good.h5"
+"0|s_good.h5: attribute 'format' is 'gptj-mpi-checkpoint', not a gptj token dataset|train --config $w/small.conf --data $w/s_good.h5 --steps 2 --seq-len 16 --micro-batch 1 --run-dir $w/rs"
 "0|d_u32.h5: token 1000 has id 70000, not below the vocabulary size 64|eval --checkpoint $w/s_good.h5 --data $w/d_u32.h5"
 "2|d_u32.h5: token 1000 has id 70000, not below the vocabulary size 64|eval --checkpoint $w/s_good.h5 --data $w/d_u32.h5"
 "0|d_i16.h5: /tokens is int16, expected uint16|info $w/d_i16.h5"

@@ -217,16 +217,17 @@ int gj_dataset_open(gj_dataset *d, const char *path, int64_t max_vocab) {
   /* every count read from the file is bounded (2^62) before it sizes anything */
   const int64_t big = (int64_t)1 << 62;
   int64_t nt, nd, nb, vs;
-  int rc = gj_h5_attr_i64_in(f, path, "n_tokens", 0, big, &nt);
+  /* the format first, where recorded (files made by other tools may lack it): a checkpoint
+   * given as data is named as such, not as a dataset without n_tokens */
+  char fmt[64] = "";
+  int64_t ver = 1, eot = 0;
+  int rc = H5Aexists(f, "format") > 0 ? gj_h5_attr_str(f, path, "format", fmt, sizeof fmt) : 0;
+  if (!rc && *fmt && strcmp(fmt, "gptj-mpi-tokens"))
+    rc = GJ_FAIL("%s: attribute 'format' is '%s', not a gptj token dataset (gptj-mpi-tokens)", path, fmt);
+  if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_tokens", 0, big, &nt);
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_docs", 0, big, &nd);
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "n_bytes", 0, big, &nb);
   if (!rc) rc = gj_h5_attr_i64_in(f, path, "vocab_size", 1, (int64_t)1 << 32, &vs);
-  /* the format, where recorded (files made by other tools may lack it) */
-  char fmt[64] = "";
-  int64_t ver = 1, eot = 0;
-  if (!rc && H5Aexists(f, "format") > 0) rc = gj_h5_attr_str(f, path, "format", fmt, sizeof fmt);
-  if (!rc && *fmt && strcmp(fmt, "gptj-mpi-tokens"))
-    rc = GJ_FAIL("%s: attribute 'format' is '%s', not a gptj token dataset (gptj-mpi-tokens)", path, fmt);
   if (!rc && H5Aexists(f, "format_version") > 0) rc = gj_h5_attr_i64_in(f, path, "format_version", 1, 1, &ver);
   if (!rc && H5Aexists(f, "eot_id") > 0) rc = gj_h5_attr_i64_in(f, path, "eot_id", 0, INT32_MAX, &eot);
   /* every document has text before its EOT: tokens beyond the EOTs came from bytes */

@@ -62,7 +62,7 @@ int gj_docstream_kind(const char *path, int *kind) {
 /* The decompressed byte stream of a file. */
 typedef struct {
   const char *path;
-  int fd, kind, eof, z_on, member_done;
+  int fd, kind, eof, z_on, member_done, zero_pad;
   unsigned char *in;
   size_t in_n, in_pos;
   z_stream z;
@@ -97,6 +97,14 @@ static int src_read(src *s, char *out, size_t cap, size_t *got) {
       if (s->kind == GZIP && !s->member_done) return GJ_FAIL("%s: truncated gzip data (corrupt .gz file)", s->path);
       if (s->kind == ZSTD && s->zret != 0) return GJ_FAIL("%s: truncated zstd data (corrupt .zst file)", s->path);
       return 0;
+    }
+    if (s->kind == GZIP && s->member_done && (s->zero_pad || s->in[s->in_pos] == 0)) {
+      /* zeros after the last member (a block device's or tape's padding): gzip ignores them */
+      while (s->in_pos < s->in_n && s->in[s->in_pos] == 0) s->in_pos++;
+      if (s->in_pos < s->in_n)
+        return GJ_FAIL("%s: corrupt gzip data: data after the zero padding that follows it", s->path);
+      s->zero_pad = 1;
+      continue;
     }
     if (s->kind == GZIP) {
       s->z.next_in = s->in + s->in_pos, s->z.avail_in = (uInt)(s->in_n - s->in_pos);
