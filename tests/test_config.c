@@ -273,6 +273,10 @@ START_TEST(test_blend) {
     ck_assert_ptr_nonnull(strstr(gj_errmsg(), "windows"));
     bad = l.st, bad.drawn[0]++;
     ck_assert_int_eq(gj_loader_restore(&b, &bad), -1);
+    /* counts whose sum wraps around to the cursor */
+    bad = l.st, bad.drawn[0] += (uint64_t)1 << 63, bad.drawn[1] += (uint64_t)1 << 63;
+    ck_assert_int_eq(gj_loader_restore(&b, &bad), -1);
+    ck_assert_ptr_nonnull(strstr(gj_errmsg(), "add up to more than the cursor"));
     ck_assert_int_eq(gj_loader_restore(&b, &(gj_loader_state){.seed = 7, .epoch = 2, .cursor = 10}), -1); /* a one-corpus state */
     ck_assert_ptr_nonnull(strstr(gj_errmsg(), "corpora"));
     ck_assert_int_eq(gj_loader_restore(&b, &(gj_loader_state){.seed = 7}), 0); /* a fresh one (convert) */

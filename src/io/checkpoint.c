@@ -144,14 +144,19 @@ static int write_blocks(hid_t f, const char *tmp, gj_state *st, gj_grid *g, int 
   return rc;
 }
 
-/* Close, sync and rename into place (rank 0), the directory synced. */
+/* Close, then every rank syncs the file (on a network file system, each node's writes reach the
+ * server, and fail, at its own sync), and only when all agree rank 0 renames it into place and
+ * syncs the directory. */
 static int commit(hid_t f, const char *tmp, const char *path, gj_grid *g) {
-  int rc = H5Fclose(f) < 0 ? GJ_H5_FAIL("%s: cannot close (disk full?)", tmp) : 0;
-  if (g->rank == 0 && !rc) {
+  int rc = gj_agree(g->world, H5Fclose(f) < 0 ? GJ_H5_FAIL("%s: cannot close (disk full?)", tmp) : 0);
+  if (!rc) {
     int fd = open(tmp, O_RDONLY);
     if (fd < 0 || fsync(fd)) rc = GJ_FAIL("%s: fsync failed: %s", tmp, strerror(errno));
     if (fd >= 0) close(fd);
-    if (!rc && rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
+    rc = gj_agree(g->world, rc);
+  }
+  if (g->rank == 0 && !rc) {
+    if (rename(tmp, path)) rc = GJ_FAIL("%s: rename failed: %s", path, strerror(errno));
     char dir[GJ_PATH_BUF];
     dir_of(path, dir, sizeof dir);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);

@@ -111,6 +111,7 @@ static int restore_blend(gj_loader *l, const gj_loader_state *st) {
     return GJ_FAIL("%s: the checkpoint's data order is of %d corpora, this run's --data has %d (resume "
                    "with the same --data)", name, st->n_corpora > 1 ? st->n_corpora : 1, n > 1 ? n : 1);
   uint64_t total = 0;
+  int over = 0;
   for (int k = 0; k < n; k++) {
     if (st->weight[k] != l->st.weight[k])
       return GJ_FAIL("--data: corpus %d has share %.17g in the checkpoint, %.17g in this run (resume "
@@ -119,11 +120,14 @@ static int restore_blend(gj_loader *l, const gj_loader_state *st) {
       return GJ_FAIL("--data: corpus %d has %llu windows in the checkpoint, %llu in this run (another "
                      "dataset or sequence length?)", k, (unsigned long long)st->windows[k],
                      (unsigned long long)l->st.windows[k]);
-    total += st->drawn[k];
+    if (st->drawn[k] > st->cursor - total) over = 1; /* past the cursor (a sum that could wrap) */
+    else total += st->drawn[k];
   }
-  if (total != st->cursor || st->epoch != 0)
-    return GJ_FAIL("%s: the checkpoint's blend state is inconsistent (%llu windows drawn, cursor %llu)",
-                   name, (unsigned long long)total, (unsigned long long)st->cursor);
+  if (over || total != st->cursor || st->epoch != 0)
+    return GJ_FAIL("%s: the checkpoint's blend state is inconsistent (%s)", name,
+                   st->epoch ? "a blend's epoch is 0"
+                   : over    ? "its corpora's windows drawn add up to more than the cursor"
+                             : "its corpora's windows drawn do not add up to the cursor");
   memcpy(l->st.drawn, st->drawn, sizeof st->drawn);
   l->st.cursor = st->cursor;
   return 0;
