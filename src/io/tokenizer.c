@@ -420,6 +420,11 @@ static int work_reserve(gj_tokenizer *t, size_t n) {
 }
 
 static int bpe_piece(gj_tokenizer *t, const unsigned char *s, size_t n, gj_ids *out) {
+  /* positions are int32 (a piece is one word, number or run of spaces: a longer one is a
+   * document of one word over 2 GiB, possible only with --max-doc-mb above 2047) */
+  if (n > INT32_MAX)
+    return GJ_FAIL("tokenizer: a piece of %zu bytes without a break (a word, number or run of spaces) is "
+                   "longer than the 2 GiB it can encode", n);
   GJ_TRY(work_reserve(t, n));
   int32_t *sym = t->sym, *prev = t->prev, *next = t->next;
   size_t hn = 0;
