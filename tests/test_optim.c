@@ -65,6 +65,17 @@ START_TEST(test_grad_sumsq) {
       double got = gj_grad_sumsq(&l, g + lo, NULL, tp_rank, lo, n);
       ck_assert_double_eq_tol(got, (double)want, 1e-12 * (double)want + 1e-300);
     }
+  /* gj_grad_huge: elements of 9e18 (a sum of squares past 1e38, no element of 1e19) are not
+   * huge; one of -1e19 is, in the ranges that hold it only */
+  for (size_t i = 1000; i < 3000; i++) g[i] = 9e18f;
+  g[200070] = -1e19f;
+  for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+    const size_t lo = ranges[r][0], n = ranges[r][1];
+    int want = lo <= 200070 && 200070 < lo + n;
+    ck_assert_int_eq(gj_grad_huge(&l, g + lo, NULL, lo, n, gj_grad_sumsq(&l, g + lo, NULL, 0, lo, n)), want);
+  }
+  ck_assert_int_eq(gj_grad_huge(&l, g, NULL, 0, 200000, gj_grad_sumsq(&l, g, NULL, 0, 0, 200000)), 0);
+  ck_assert(gj_grad_sumsq(&l, g, NULL, 0, 0, 200000) > 1e38);
   free(g);
 }
 END_TEST
@@ -91,6 +102,9 @@ START_TEST(test_rows_as_dense) {
   }
   ck_assert(r.n > N && r.n <= 2 * N);
   for (int64_t i = 1; i < r.n; i++) ck_assert_int_lt(r.row[i - 1], r.row[i]);
+  /* a huge element in a held row (element 7 of the 11th), as rows and dense */
+  r.g[10 * D + 7] *= 3e19f;
+  g[(size_t)r.row[10] * D + 7] *= 3e19f;
   const size_t ranges[][2] = {{0, l.numel}, {5, 150007}, {70000, 100}, {130001, 76000}, {V * D - 1, 2}};
   gj_adamw_hp hp;
   gj_adamw_defaults(&hp);
@@ -98,6 +112,7 @@ START_TEST(test_rows_as_dense) {
     const size_t lo = ranges[k][0], n = ranges[k][1];
     double dense = gj_grad_sumsq(&l, g + lo, NULL, 0, lo, n), rows = gj_grad_sumsq(&l, g + lo, &r, 0, lo, n);
     ck_assert_msg(memcmp(&dense, &rows, sizeof dense) == 0, "range %zu: sumsq %.17g rows, %.17g dense", k, rows, dense);
+    ck_assert_int_eq(gj_grad_huge(&l, g + lo, &r, lo, n, 1e40), gj_grad_huge(&l, g + lo, NULL, lo, n, 1e40));
     float *p[2], *m[2], *v[2];
     for (int j = 0; j < 2; j++) {
       p[j] = tu_falloc(l.numel), m[j] = tu_falloc(n), v[j] = tu_falloc(n);

@@ -24,6 +24,7 @@
 #include "cli/args.h"
 #include "cli/memcheck.h"
 #include "common.h"
+#include "io/crc32.h"
 #include "io/docstream.h"
 #include "io/outfile.h"
 #include "io/tokenizer.h"
@@ -529,8 +530,9 @@ static int tok_parts(tok_ctx *x) {
   const char *slash = strrchr(x->out, '/');
   if (strlen(slash ? slash + 1 : x->out) + 48 <= NAME_MAX)
     snprintf(base, sizeof base, "%s.tmp.spool%ld", x->out, (long)getpid());
-  else
-    snprintf(base, sizeof base, "%.*s.gptj-spool%ld", (int)(slash ? slash - x->out + 1 : 0), x->out, (long)getpid());
+  else /* with a hash of the output's name: jobs of one pid (containers) writing others apart */
+    snprintf(base, sizeof base, "%.*s.gptj-spool%ld.%08x", (int)(slash ? slash - x->out + 1 : 0), x->out,
+             (long)getpid(), (unsigned)gj_crc32(0, x->out, strlen(x->out)));
   if (!rc) rc = spool_open(&wk->tok, base, x->rank, "tok", TOK_BUF * 2);
   if (!rc) rc = spool_open(&wk->len, base, x->rank, "len", LEN_BUF * 16);
   wk->rank = x->rank, wk->size = x->size, wk->total = x->total, wk->t0 = wk->last = gj_now();

@@ -76,7 +76,7 @@ static gj_opt *train_table(train_opts *o) {
       {"ckpt-compress", GJ_OPT_I64, &o->compress, "deflate level of checkpoints (0: off)", 0, 9},
       {"max-time", GJ_OPT_F64, &o->max_time, "wall-clock seconds after which to checkpoint and stop (0: none)", 0, 1e9},
       {"mem-per-rank-gb", GJ_OPT_F64, &o->mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
-      {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive non-finite steps before stopping", 1, 1e9},
+      {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive skipped steps (non-finite, or a gradient element of 1e19 or more) before stopping", 1, 1e9},
       {"debug-nan-step", GJ_OPT_I64, &o->inject_nan, "debug: inject a NaN into the gradients at this step", 0, 1e12},
       {"debug-nan-part", GJ_OPT_I64, &o->nan_part, "debug: the part of the network whose gradients get that NaN, "
        "in backward's order (0: the head, n_layer + 1: the embedding)", 0, 1e6},

@@ -189,6 +189,16 @@ int gj_ckpt_save(const char *path, gj_state *st, gj_grid *g, const gj_ckpt_meta 
 
 /* ---- Loading (collective) ------------------------------------------------------------- */
 
+/* updates as read (-1: the attribute is missing, in a file written before skipped steps were
+ * counted, which had none): at most step. */
+static int check_updates(const char *path, gj_ckpt_meta *meta) {
+  if (meta->updates < 0) meta->updates = meta->step;
+  if (meta->updates > meta->step)
+    return GJ_FAIL("%s: updates = %lld is above step = %lld (a step applies one update at most)", path,
+                   (long long)meta->updates, (long long)meta->step);
+  return 0;
+}
+
 /* Every attribute, checked before any tensor: the config against the run's (a mismatch names
  * the key), then the counters and, with the optimizer, /optim and /loader. */
 static int read_attrs(hid_t f, const char *path, const gj_state *st, gj_ckpt_meta *meta, int with_optim,
@@ -199,10 +209,7 @@ static int read_attrs(hid_t f, const char *path, const gj_state *st, gj_ckpt_met
   int optim = with_optim && a.has_optim;
   a.meta.updates = -1;
   GJ_TRY(gj_ckptattr_read(f, path, &a, GJ_CA_STATE | (optim ? GJ_CA_OPTIM | GJ_CA_LOADER : 0)));
-  if (a.meta.updates < 0) a.meta.updates = a.meta.step;
-  if (a.meta.updates > a.meta.step)
-    return GJ_FAIL("%s: updates = %lld is above step = %lld (a step applies one update at most)", path,
-                   (long long)a.meta.updates, (long long)a.meta.step);
+  GJ_TRY(check_updates(path, &a.meta));
   if (optim) a.meta.sched.lr = a.meta.hp.lr;
   *meta = a.meta;
   *has_optim = (int)a.has_optim;
@@ -297,8 +304,8 @@ int gj_ckpt_info(const char *path) {
   if (!rc) rc = gj_ckptattr_read(f, path, &a, GJ_CA_HAS_OPTIM);
   if (!rc && a.has_optim) rc = gj_ckptattr_read(f, path, &a, GJ_CA_LOADER);
   H5Fclose(f);
+  if (!rc) rc = check_updates(path, &a.meta);
   if (rc) return rc;
-  if (a.meta.updates < 0) a.meta.updates = a.meta.step; /* written before skipped steps were counted */
   struct stat s;
   stat(path, &s);
   printf("file: %s\nformat: %s version %lld\n", path, a.format, (long long)a.format_version);
@@ -375,7 +382,7 @@ int gj_ckpt_reader_tensor(gj_ckpt_reader *r, const gj_tensor *t, float *out) {
   hid_t d = H5Dopen2((hid_t)r->f, p, H5P_DEFAULT);
   int e = gj_ckpttensor_read_crc(d, &want);
   if (d >= 0) H5Dclose(d);
-  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", r->path, p);
+  if (e < 0) return GJ_FAIL("%s: %s has no crc32 attribute, or not one unsigned 32-bit integer", r->path, p);
   if (gj_ckptshare_crc_bytes(out, (size_t)t->rows * t->cols * sizeof(float)) != want)
     return GJ_FAIL("%s: %s is corrupted (CRC32 mismatch)", r->path, p);
   return 0;

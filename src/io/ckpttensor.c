@@ -171,7 +171,7 @@ static int read_share(hid_t f, const char *fname, const char *path, gj_grid *g, 
   /* the read names a missing or misshapen dataset; the CRC check comes after */
   GJ_TRY(gj_h5_read_block_f32(f, fname, path, t->rows, t->cols, t->ndim, t->row0 + a, t->col0,
                               b - a, t->lcols, local + a * t->lcols));
-  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", fname, path);
+  if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute, or not one unsigned 32-bit integer", fname, path);
   return 0;
 }
 
@@ -263,7 +263,7 @@ static int read_blocks(hid_t f, const char *fname, const char *path, const gj_te
     check_rows(k, t, r0, nr, buf);
     GJ_TRY(sink->rows(sink->ctx, t, r0, nr, buf));
     /* after the first block's read, as gj_ckpttensor_load reports it */
-    if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute (one unsigned 32-bit integer)", fname, path);
+    if (r < 0) return GJ_FAIL("%s: %s has no crc32 attribute, or not one unsigned 32-bit integer", fname, path);
   }
   return 0;
 }

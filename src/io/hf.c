@@ -74,7 +74,7 @@ static int read_config(const char *dir, gj_config *c) {
   if (c->rotary_dim == -1) c->rotary_dim = c->n_embd / c->n_head;
   if (rot_missing) c->rotary_dim = 64;
   if (!gj_config_validate(c)) return 0;
-  if (!rot_missing) return gj_err_prefix(p);
+  if (!rot_missing || !strstr(gj_errmsg(), "rotary_dim")) return gj_err_prefix(p);
   char why[GJ_ERRMSG_MAX];
   snprintf(why, sizeof why, "%s", gj_errmsg());
   return GJ_FAIL("%s: %s (it has no 'rotary_dim': transformers' default is 64; null means the whole "

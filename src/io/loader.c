@@ -125,7 +125,7 @@ static int restore_blend(gj_loader *l, const gj_loader_state *st) {
   }
   if (over || total != st->cursor || st->epoch != 0)
     return GJ_FAIL("%s: the checkpoint's blend state is inconsistent (%s)", name,
-                   st->epoch ? "a blend's epoch is 0"
+                   st->epoch ? "epoch is not 0, as a blend's always is"
                    : over    ? "its corpora's windows drawn add up to more than the cursor"
                              : "its corpora's windows drawn do not add up to the cursor");
   memcpy(l->st.drawn, st->drawn, sizeof st->drawn);

@@ -76,6 +76,23 @@ double gj_grad_sumsq(const gj_layout *l, const float *grads, const gj_rowgrad *r
   return total;
 }
 
+int gj_grad_huge(const gj_layout *l, const float *grads, const gj_rowgrad *rows, size_t lo, size_t n,
+                 double sumsq) {
+  const float big = (float)GJ_GRAD_MAX; /* the bound as the elements compare with it */
+  if (!(sumsq >= (double)big * big)) return 0; /* the usual case (and NaN: not huge) */
+  for (int i = 0; i < l->n; i++) {
+    const gj_tensor *t = &l->t[i];
+    size_t a, b;
+    if (!clip_range(t, lo, lo + n, &a, &b)) continue;
+    for (size_t x = a; x < b; x++) {
+      float v = i == 0 && rows ? gj_rowgrad_row(rows, (int64_t)((x - t->offset) / (size_t)rows->D))[(x - t->offset) % (size_t)rows->D]
+                               : grads[x - lo];
+      if (fabsf(v) >= big) return 1;
+    }
+  }
+  return 0;
+}
+
 double gj_clip_coef(double norm, double clip) {
   if (clip <= 0) return 1.0;
   double c = clip / (norm + 1e-6);

@@ -27,12 +27,17 @@ double gj_grad_sumsq(const gj_layout *l, const float *grads, const gj_rowgrad *r
 /* The clip factor for a global norm. */
 double gj_clip_coef(double norm, double clip);
 
-/* The largest gradient norm (after clipping) an update is applied with: below it every element
- * g has g^2 < 1e38, so AdamW's float32 second moment (beta2 v + (1 - beta2) g^2) stays finite.
- * Above it (only with --clip 0: clipping bounds the norm by the clip) the update is skipped as a
- * non-finite one is: an infinite v would freeze the weight and be written to every later
- * checkpoint, which the loader refuses. */
-#define GJ_GRAD_NORM_MAX 1e19
+/* The largest gradient element an update is applied with: below it g^2 < 1e38, so AdamW's
+ * float32 second moment (beta2 v + (1 - beta2) g^2) stays finite. A step with a larger one is
+ * skipped as a non-finite one is (only possible with --clip 0: clipping bounds every element by
+ * the clip): an infinite v would freeze its weight and be written to every later checkpoint,
+ * which the loader refuses. */
+#define GJ_GRAD_MAX 1e19
+/* Whether a gradient element of the flat range [lo, lo + n) (g and rows as in gj_grad_sumsq) is
+ * GJ_GRAD_MAX or more in magnitude; sumsq is gj_grad_sumsq's result for the range: below
+ * GJ_GRAD_MAX^2 no element can be, and the elements are not looked at. */
+int gj_grad_huge(const gj_layout *l, const float *grads, const gj_rowgrad *rows, size_t lo, size_t n,
+                 double sumsq);
 
 /* One AdamW update (step t >= 1, learning rate lr for this step) of the elements of the flat
  * range [lo, lo + n) of the parameter block; gradients are multiplied by clip_coef first.

@@ -203,9 +203,10 @@ static int loop_step(loop_state *s, int *stop) {
   gj_gemm_record(0);
   if (rc) return rc;
   if (out.finite) s->bad = 0, meta->updates++;
-  else if (isfinite(out.loss) && isfinite(out.grad_norm))
-    gj_warn("step %lld: gradient norm %g is above %g (its square would overflow AdamW's float32 second "
-            "moment): update skipped (%lld in a row)", (long long)step, out.grad_norm, GJ_GRAD_NORM_MAX, (long long)++s->bad);
+  else if (out.huge)
+    gj_warn("step %lld: a gradient element of %g or more (gradient norm %g; its square would overflow "
+            "AdamW's float32 second moment): update skipped (%lld in a row)", (long long)step, GJ_GRAD_MAX,
+            out.grad_norm, (long long)++s->bad);
   else gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
                (long long)step, out.loss, out.grad_norm, (long long)++s->bad);
   meta->step = step;
@@ -221,8 +222,8 @@ static int loop_step(loop_state *s, int *stop) {
   if (g->rank == 0 && (step % o->log_every == 0 || step == o->steps || !out.finite))
     log_step(s, step, &out, lr, now, dt);
   if (s->bad >= o->max_bad)
-    return GJ_FAIL("%lld non-finite steps in a row at step %lld: stopping (the last checkpoint "
-                   "is kept)", (long long)s->bad, (long long)step);
+    return GJ_FAIL("%lld skipped steps in a row (non-finite, or a huge gradient element) at step %lld: "
+                   "stopping (the last checkpoint is kept)", (long long)s->bad, (long long)step);
   if (r->valid && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
     GJ_TRY(validate(r, step));
   /* Stop requests: a signal on any rank, the wall-clock budget (rank 0's clock), a lost lock. */

@@ -48,7 +48,9 @@ typedef struct {
   const gj_step_in *in;
   size_t hi;      /* [hi, numel_pad) is done */
   double sumsq;   /* this rank's part of the squared norm (TP shards not yet summed) */
-  int bad;        /* a range was not finite: it and every range below it are not applied */
+  int bad;        /* a range was not finite, or held an element of GJ_GRAD_MAX or more (huge): it
+                   * and every range below it are not applied */
+  int huge;
   int applied;    /* some range was applied */
   double dp_s, opt_s;
 } oib_run;
@@ -68,12 +70,11 @@ static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
   if (r->in->inject_nan && lo == gj_layout_part_lo(&st->lay, r->in->inject_nan - 1)) gr[0] = NAN;
   double s = gj_grad_sumsq(&st->lay, gr, NULL, g->tp_rank, lo, hi - lo);
   r->sumsq += s;
-  /* the TP shards of a range agree on applying it (DP ranks hold the same sums); a range whose
-   * norm on this rank is GJ_GRAD_NORM_MAX or more is not applied either */
-  int bad = r->bad || !(s < GJ_GRAD_NORM_MAX * GJ_GRAD_NORM_MAX);
-  if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, &bad, 1));
-  r->bad = bad;
-  if (!bad) {
+  /* the TP shards of a range agree on applying it (DP ranks hold the same gradients) */
+  int bad[2] = {r->bad || !isfinite(s), r->huge || gj_grad_huge(&st->lay, gr, NULL, lo, hi - lo, s)};
+  if (g->tp_size > 1) GJ_TRY(gj_allreduce_max_int(g->tp, bad, 2));
+  r->huge = bad[1], r->bad = bad[0] || bad[1];
+  if (!r->bad) {
     gj_adamw_update(&st->lay, st->params, gr, NULL, st->m + lo, st->v + lo, lo, hi - lo, &t->hp,
                     r->in->t, r->in->lr, 1.0);
     r->applied = 1;
@@ -111,29 +112,31 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double
   return st->zero ? gj_dp_reduce_scatter(&t->dp, st->n) : gj_dp_finish(&t->dp);
 }
 
-/* The global mean loss and the squared gradient norm: this rank's reduced range, then over
- * the TP shards (and, under ZeRO-1, over the DP ranges). */
-static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, double red[2]) {
+/* The global mean loss, the squared gradient norm and (without clipping; with it every element
+ * is bounded by the clip) the count of ranks with a huge element (gj_grad_huge): this rank's
+ * reduced range, then over the TP shards (and, under ZeRO-1, over the DP ranges). */
+static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, double red[3]) {
   gj_state *st = t->st;
   gj_grid *g = t->g;
   red[0] = loss_sum;
   red[1] = t->oib ? oib->sumsq
                   : gj_grad_sumsq(&st->lay, st->grads + st->lo, st->erows, g->tp_rank, st->lo, st->n);
-  if (st->zero) { /* every rank holds a distinct range: sum both over the world */
-    GJ_TRY(gj_allreduce_sum_f64(g->world, red, 2));
+  red[2] = !t->oib && t->hp.grad_clip <= 0 && gj_grad_huge(&st->lay, st->grads + st->lo, st->erows, st->lo, st->n, red[1]);
+  if (st->zero) { /* every rank holds a distinct range: sum all over the world */
+    GJ_TRY(gj_allreduce_sum_f64(g->world, red, 3));
     red[0] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
     return 0;
   }
-  /* gradients are replicated over DP: the norm sums over TP only */
+  /* gradients are replicated over DP: the norm and the count sum over TP only */
   GJ_TRY(gj_allreduce_sum_f64(g->dp, red, 1));
-  return gj_allreduce_sum_f64(g->tp, red + 1, 1);
+  return gj_allreduce_sum_f64(g->tp, red + 1, 2);
 }
 
 int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   gj_state *st = t->st;
   memset(out, 0, sizeof *out);
   double loss_sum = 0;
-  oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0};
+  oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0, 0};
   GJ_TRY(batch_grads(t, in, &oib, &loss_sum));
   out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
   double t0 = gj_now();
@@ -147,22 +150,21 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
       st->grads[at] = NAN;
     }
   }
-  double red[2];
+  double red[3];
   GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
   out->loss = red[0] / in->n_targets;
   out->grad_norm = sqrt(red[1]);
-  /* under the optimizer in backward, what was applied (each range's norm was checked) */
-  out->finite = isfinite(out->loss) &&
-                (t->oib ? !oib.bad : out->grad_norm * gj_clip_coef(out->grad_norm, t->hp.grad_clip) < GJ_GRAD_NORM_MAX);
+  out->huge = t->oib ? oib.huge : red[2] > 0;
+  out->finite = isfinite(out->loss) && isfinite(out->grad_norm) && !out->huge;
   if (t->oib) {
     out->optim_s = oib.opt_s + gj_now() - t0;
     if (!oib.applied) return 0; /* not finite from the first range on: skipped whole */
     gj_model_weights_changed(t->m);
     if (!out->finite)
-      return GJ_FAIL("step %lld: non-finite loss %g or gradient norm %g after part of the update "
-                     "was applied (--optimizer-in-backward cannot skip a step): the parameters "
-                     "in memory are damaged; resume from the last checkpoint", (long long)in->step,
-                     out->loss, out->grad_norm);
+      return GJ_FAIL("step %lld: %s after part of the update was applied (--optimizer-in-backward "
+                     "cannot skip a step): the parameters in memory are damaged; resume from the "
+                     "last checkpoint without --optimizer-in-backward, which skips such a step",
+                     (long long)in->step, out->huge ? "a gradient element of 1e19 or more" : "a non-finite loss or gradient");
     return 0;
   }
   if (out->finite) {

@@ -44,8 +44,9 @@ typedef struct {
 typedef struct {
   double loss;           /* mean over the global batch */
   double grad_norm;      /* before clipping */
-  int finite;            /* loss and norm finite, the norm after clipping below GJ_GRAD_NORM_MAX:
-                          * the update was applied (else skipped) */
+  int finite;            /* loss and norm finite, no huge element: the update was applied (else
+                          * skipped) */
+  int huge;              /* a gradient element of GJ_GRAD_MAX or more (without clipping) */
   double dp_wait_s;      /* exposed DP wait */
   double optim_s;        /* norm, AdamW and the ZeRO all-gather */
 } gj_step_out;
@@ -58,16 +59,15 @@ typedef struct {
  * state's gradient slot (one micro-batch a step) the next part's gradients then take the same
  * memory, so that one part's gradients are resident instead of all. The result equals the ordinary step's without clipping, bit for bit; it needs
  * grad_clip 0 (the global norm is known only after the last update) and no ZeRO-1. A step
- * whose first part is not finite (or too large) is skipped whole; one that turns so after a part was
+ * whose first part is not finite (or has a huge element) is skipped whole; one that turns so after a part was
  * applied cannot be skipped: gj_train_step then fails. */
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
                     float zloss);
 void gj_trainer_free(gj_trainer *t);
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
-/* Collective over the world. A non-finite loss or norm, or a norm after clipping of
- * GJ_GRAD_NORM_MAX or more, skips the update (out->finite = 0); under the optimizer in backward
- * the norm is checked range by range, on each rank's part of it. */
+/* Collective over the world. A non-finite loss or norm, or without clipping a gradient element
+ * of GJ_GRAD_MAX or more, skips the update (out->finite = 0). */
 int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out);
 
 #endif
