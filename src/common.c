@@ -13,6 +13,9 @@
 static char errmsg[GJ_ERRMSG_MAX];
 static char errwhere[128];
 static int log_rank = 0, log_world = 1;
+static FILE *info_out; /* NULL: stdout */
+
+void gj_info_to_stderr(void) { info_out = stderr; }
 
 int gj_fail_at(const char *file, int line, const char *fmt, ...) {
   va_list ap;
@@ -146,12 +149,13 @@ const char *gj_signal_name(int sig) {
 
 void gj_info(const char *fmt, ...) {
   if (log_rank != 0) return;
+  FILE *o = info_out ? info_out : stdout;
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stdout, fmt, ap);
+  vfprintf(o, fmt, ap);
   va_end(ap);
-  fputc('\n', stdout);
-  fflush(stdout);
+  fputc('\n', o);
+  fflush(o);
 }
 
 void gj_warn(const char *fmt, ...) {

@@ -36,7 +36,9 @@ int gj_err_prefix(const char *prefix);
 const char *gj_errwhere(void); /* "file.c:123" of the last GJ_FAIL */
 void gj_err_clear(void);
 
-/* Logging: info goes to stdout on rank 0 only; warnings/errors to stderr on any rank. */
+/* Logging: info goes to stdout on rank 0 only (to stderr after gj_info_to_stderr(): commands
+ * whose stdout is their data, such as generate's text); warnings/errors to stderr on any rank. */
+void gj_info_to_stderr(void);
 void gj_log_set_rank(int rank);
 int gj_log_rank(void); /* the rank given to gj_log_set_rank (0 by default) */
 void gj_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,4 +1,5 @@
 /* gptj: one executable, subcommands dispatched by name. */
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,12 @@ int main(int argc, char **argv) {
      * first failing rank's message); print once. */
     if (rank == 0) fprintf(stderr, "gptj %s: error: %s\n", cmd->name, gj_errmsg());
     if (getenv("GJ_DEBUG")) fprintf(stderr, "  (at %s)\n", gj_errwhere());
+    rc = 1;
+  }
+  /* what the command printed may not have reached its file (a full disk, a closed pipe): a
+   * result lost is a failure */
+  if (rc == 0 && cmd->result_on_stdout && (fflush(stdout) || ferror(stdout))) {
+    fprintf(stderr, "gptj %s: error: stdout: write error: %s\n", cmd->name, errno ? strerror(errno) : "a write failed");
     rc = 1;
   }
   gj_rundir_unlock(); /* a run directory's lock goes before MPI_Finalize (after it, mpirun

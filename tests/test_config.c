@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/modelopts.h"
 #include "common.h"
 #include "model/config.h"
 #include "model/gptj.h"
@@ -32,6 +33,48 @@ START_TEST(test_presets) {
   ck_assert_int_eq(c.rotary_dim, 8);
   ck_assert_int_eq(gj_config_preset(&c, "gpt-huge"), -1);
   ck_assert_ptr_nonnull(strstr(gj_errmsg(), "gpt-huge"));
+}
+END_TEST
+
+/* The model options in the command line's order: the last --preset (either form), every
+ * --config file in order (later keys win; a file's preset line where it stands), then the
+ * flags over the files; in a file '#' starts a comment at a line's start or after white space
+ * only (a path's '#' is text). */
+START_TEST(test_modelopts_order) {
+  const char *dir = "tests/out/modelopts";
+  ck_assert_int_eq(tu_sh("mkdir -p %s && printf 'n_layer = 3 # three\\n# a comment\\nn_head = 2\\n' > %s/a.conf && "
+                         "printf 'n_layer = 5\\ndata = x/h#y\\n' > %s/b.conf && printf 'preset = gptj-125m\\n' > %s/p.conf",
+                         dir, dir, dir, dir), 0);
+  const char *data = NULL;
+  double lr = 0;
+  gj_opt table[] = {{"data", GJ_OPT_STR, &data, "", 1, 0}, {"lr", GJ_OPT_F64, &lr, "", 0, 1}, {NULL}};
+  char a[256], b[256], p[256];
+  snprintf(a, sizeof a, "%s/a.conf", dir), snprintf(b, sizeof b, "%s/b.conf", dir), snprintf(p, sizeof p, "%s/p.conf", dir);
+  struct { const char *argv[8]; int64_t layers, heads, embd; const char *data; } cs[] = {
+      {{"x", "--preset=gptj-125m", "--preset", "tiny"}, 2, 4, 64, NULL},
+      {{"x", "--preset", "tiny", "--preset=gptj-125m"}, 12, 12, 768, NULL},
+      {{"x", "--config", a, "--config", b}, 5, 2, 64, "x/h#y"},
+      {{"x", "--config=", b, "--config", a}, 0, 0, 0, NULL}, /* "--config=" names the empty file: refused */
+      {{"x", "--config", b, "--config=", a}, 0, 0, 0, NULL},
+      {{"x", "--n_layer", "7", "--config", a}, 7, 2, 64, NULL},
+      {{"x", "--config", a, "--config", p}, 12, 12, 768, NULL},
+      {{"x", "--config", p, "--config", a, "--preset", "tiny"}, 3, 2, 768, NULL}}; /* the file's preset after --preset */
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    gj_modelopts mo;
+    int argc = 0;
+    while (argc < 8 && cs[i].argv[argc]) argc++;
+    data = NULL;
+    int rc = gj_modelopts_parse(&mo, argc, (char **)cs[i].argv, table, "u", "s");
+    if (!cs[i].layers) {
+      ck_assert_int_ne(rc, 0);
+      continue;
+    }
+    ck_assert_msg(rc == 0, "case %zu: %s", i, gj_errmsg());
+    ck_assert_msg(mo.config.n_layer == cs[i].layers && mo.config.n_head == cs[i].heads && mo.config.n_embd == cs[i].embd,
+                  "case %zu: n_layer %lld, n_head %lld, n_embd %lld", i, (long long)mo.config.n_layer,
+                  (long long)mo.config.n_head, (long long)mo.config.n_embd);
+    if (cs[i].data) ck_assert_str_eq(data, cs[i].data);
+  }
 }
 END_TEST
 
@@ -778,6 +821,7 @@ int main(void) {
   tcase_add_test(tc, test_dataset_read);
   tcase_add_test(tc, test_megatron_read);
   tcase_add_test(tc, test_megatron_tokenize);
+  tcase_add_test(tc, test_modelopts_order);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

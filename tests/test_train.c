@@ -278,6 +278,47 @@ START_TEST(test_huge_gradient) {
 }
 END_TEST
 
+/* generate's tokens are the vocabulary's, not its padding, and <|endoftext|> ends the text,
+ * whatever form the prompt has (--prompt-ids with --ids reads no vocabulary files): a
+ * checkpoint whose head favours padding id 50300 never gives it, greedy or sampled, and one
+ * that favours 50256 stops there. --top-p 0 keeps the most likely token alone (greedy's ids);
+ * notes go to stderr (stdout holds the ids alone); a full stdout fails the command; eval of a
+ * model whose logits overflow fails with one line instead of printing NaN. */
+START_TEST(test_generate_tokens) {
+  double loss[64];
+  char ck[1300], log[1400], args[2048];
+  run_layout("gen", 1, 1, "", loss, 1);
+  snprintf(ck, sizeof ck, "%s/gen/ckpt-00000001.h5", OUT);
+  snprintf(log, sizeof log, "%s/gen.out", OUT);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import h5py, zlib, shutil, numpy as np\n"
+                      "def put(name, tensors, f, src='%s'):\n"
+                      "  shutil.copy(src, '%s/' + name); h = h5py.File('%s/' + name, 'r+')\n"
+                      "  for t in tensors:\n"
+                      "    d = h['model/' + t]; a = d[...]; f(a); d[...] = a; d.attrs['crc32'] = np.uint32(zlib.crc32(a.astype(np.float32).tobytes()))\n"
+                      "put('pad.h5', ['lm_head.bias'], lambda a: a.__setitem__(50300, 30))\n"
+                      "put('eot.h5', ['lm_head.bias'], lambda a: a.__setitem__(50256, 30))\n"
+                      "put('huge.h5', ['lm_head.weight', 'transformer.ln_f.bias'], lambda a: a.fill(1e30))\"", ck, OUT, OUT), 0);
+  for (int seed = 0; seed < 4; seed++) {
+    snprintf(args, sizeof args, "generate --checkpoint %s/pad.h5 --prompt-ids 464,9002 --ids --max-new-tokens 6 %s%d",
+             OUT, seed ? "--temperature 1 --top-p 1 --seed " : "--temperature 0 --seed ", seed);
+    ck_assert_int_eq(sh("%s/gptj %s > %s 2>/dev/null && test $(wc -w < %s) -eq 8 && "
+                        "! tr ' ' '\\n' < %s | awk '$1 >= 50257 {bad = 1} END {exit !bad}'", B_, args, log, log, log), 0);
+  }
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s/eot.h5 --prompt-ids 464 --ids --temperature 0 --max-new-tokens 5 "
+                      "2>/dev/null | grep -qx '464 50256'", B_, OUT), 0);
+  ck_assert_int_eq(sh("a=$(%s/gptj generate --checkpoint %s --prompt-ids 464,9002 --ids --temperature 0 --max-new-tokens 6 2>/dev/null) && "
+                      "b=$(%s/gptj generate --checkpoint %s --prompt-ids 464,9002 --ids --temperature 1.5 --top-p 0 --seed 3 "
+                      "--max-new-tokens 6 2>/dev/null) && test -n \"$a\" && test \"$a\" = \"$b\"", B_, ck, B_, ck), 0);
+  /* the note that the context is full goes to stderr */
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 500 2>%s.err > %s && "
+                      "grep -q 'note: the context' %s.err && ! grep -q '[a-z]' %s", B_, ck, log, log, log, log), 0);
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 2 > /dev/full 2>%s.err; "
+                      "test $? -eq 1 && grep -q 'gptj generate: error: stdout: write error' %s.err", B_, ck, log, log), 0);
+  ck_assert_int_eq(sh("%s/gptj eval --checkpoint %s/huge.h5 --data %s --max-windows 4 >%s 2>%s.err; test $? -eq 1 && "
+                      "test $(wc -l < %s.err) -eq 1 && grep -q \"logits are not finite\" %s.err", B_, OUT, DATA, log, log, log, log), 0);
+}
+END_TEST
+
 /* gptj bench on 2 DP ranks: its figures are there and sane, the GEMM efficiency taken pair by
  * pair from each measured step and the step's products replayed alone right after it. */
 START_TEST(test_bench) {
@@ -419,6 +460,7 @@ int main(void) {
   TU_ADD(s, test_nan_steps, NULL, 900);
   TU_ADD(s, test_skipped_step, NULL, 900);
   TU_ADD(s, test_huge_gradient, NULL, 900);
+  TU_ADD(s, test_generate_tokens, NULL, 900);
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
   TU_ADD(s, test_bench, NULL, 900);

@@ -6,6 +6,7 @@ typedef struct {
   const char *name;
   const char *summary;
   int mpi;                          /* runs under MPI (main initialises it) */
+  int result_on_stdout;             /* what it prints is its result: a write error fails it */
   int (*run)(int argc, char **argv); /* argv[0] is the command name; 0, or -1 with gj_errmsg */
 } gj_command;
 

@@ -125,7 +125,7 @@ int gj_cmd_eval(int argc, char **argv) {
       {"seq-len", GJ_OPT_I64, &T, "window length T (0: n_positions)", 0, 1 << 20},
       {"stride", GJ_OPT_I64, &S, "sliding-window stride S (0: T, non-overlapping windows)", 0, 1 << 20},
       {"micro-batch", GJ_OPT_I64, &B, "windows per forward", 1, 1 << 20},
-      {"max-windows", GJ_OPT_I64, &max_windows, "evaluate only the first N windows (0: all)", 0, 1e15},
+      {"max-windows", GJ_OPT_I64, &max_windows, "evaluate only the first N windows (0: all; bits per byte is then not given: the bytes of a part are not known)", 0, 1e15},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
@@ -173,6 +173,11 @@ int gj_cmd_eval(int argc, char **argv) {
   double t0 = gj_now(), nll;
   int64_t cnt;
   if ((rc = gj_evaluate(&m, &ds, T, S, B, max_windows, &nll, &cnt))) goto done;
+  if (!isfinite(nll)) { /* every rank holds the same reduced sum */
+    rc = GJ_FAIL("the loss summed over %lld tokens is %g: the model's logits are not finite (its weights or "
+                 "activations overflowed)", (long long)cnt, nll);
+    goto done;
+  }
   double bpb = nll / log(2.0) / (double)ds.n_bytes;
   gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt ? ckpt : hf, data, (long long)cnt,
           (long long)T, (long long)S);
@@ -204,7 +209,7 @@ static int32_t sample(const float *logits, int64_t V, double temp, int64_t topk,
   int64_t k = topk > 0 && topk < V ? topk : V;
   double mx = work[0].v, sum = 0;
   for (int64_t j = 0; j < k; j++) sum += exp((work[j].v - mx) / temp);
-  if (topp > 0 && topp < 1) { /* smallest prefix with probability >= topp */
+  if (topp < 1) { /* smallest prefix with probability >= topp (0: the most likely token alone) */
     double acc = 0;
     for (int64_t j = 0; j < k; j++) {
       acc += exp((work[j].v - mx) / temp) / sum;
@@ -253,9 +258,10 @@ static int read_prompt(const char *prompt, const char *prompt_ids, int print_ids
 
 /* The prompt's ids are the model's and, with the new ones, fit the context of T (+1: the last
  * token is sampled, never fed); *max_new is cut to what fits. */
-static int fit_prompt(const gj_ids *ids, int64_t V, int64_t T, int64_t *max_new) {
+static int fit_prompt(const gj_ids *ids, const char *flag, int64_t V, int64_t T, int64_t *max_new) {
   for (size_t i = 0; i < ids->n; i++)
-    if (ids->v[i] < 0 || ids->v[i] >= V) return GJ_FAIL("--prompt-ids: id %d outside [0, %lld)", ids->v[i], (long long)V);
+    if (ids->v[i] < 0 || ids->v[i] >= V)
+      return GJ_FAIL("%s: id %d outside the model's vocabulary [0, %lld)", flag, ids->v[i], (long long)V);
   if ((int64_t)ids->n + *max_new > T + 1) {
     *max_new = T + 1 - (int64_t)ids->n;
     if (*max_new >= 1)
@@ -273,9 +279,9 @@ typedef struct {
 } sampler;
 
 /* Appends up to max_new sampled tokens to ids, the prompt fed first through the KV cache;
- * stops after <|endoftext|> when stop_at_eot. Ids >= Vreal (the padding of the vocabulary)
+ * stops after <|endoftext|>. Ids >= Vreal (the padding of the vocabulary)
  * are never sampled. full: [V], work: [V]. */
-static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, int stop_at_eot, sampler *sm,
+static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, sampler *sm,
                   float *full, cand *work) {
   int64_t V = m->c.vocab_size, pos = 0, n = (int64_t)ids->n, s = 0;
   int rc = 0;
@@ -294,7 +300,7 @@ static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, int 
     for (int64_t j = Vreal; j < V; j++) full[j] = -INFINITY; /* padding rows are not tokens */
     int32_t next = sample(full, V, sm->temp, sm->topk, sm->topp, &sm->rng, work);
     rc = gj_ids_push(ids, next);
-    if (next == GJ_EOT_ID && stop_at_eot) {
+    if (next == GJ_EOT_ID) {
       s++;
       break;
     }
@@ -337,10 +343,11 @@ int gj_cmd_generate(int argc, char **argv) {
       {"max-new-tokens", GJ_OPT_I64, &max_new, "tokens to generate at most", 1, 1 << 20},
       {"temperature", GJ_OPT_F64, &temp, "softmax temperature (0: greedy)", 0, 100},
       {"top-k", GJ_OPT_I64, &topk, "sample among the k most likely tokens (0: all)", 0, 1 << 20},
-      {"top-p", GJ_OPT_F64, &topp, "nucleus sampling: smallest set with this probability (1: off)", 0, 1},
+      {"top-p", GJ_OPT_F64, &topp, "nucleus sampling: smallest set with this probability (0: the most likely token; 1: off)", 0, 1},
       {"seed", GJ_OPT_I64, &seed, "sampling seed", 0, 9e18},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
-      {"ids", GJ_OPT_FLAG, &print_ids, "print the token ids instead of text", 1, 0},
+      {"ids", GJ_OPT_FLAG, &print_ids, "print the token ids instead of text (with --prompt-ids the vocabulary "
+       "files are not read: GPT-2's 50,257 ids are the tokens, 50256 ends the text)", 1, 0},
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
@@ -358,6 +365,7 @@ int gj_cmd_generate(int argc, char **argv) {
   float *full = NULL;
   cand *work = NULL;
   int64_t T = 0;
+  gj_info_to_stderr(); /* stdout holds the text or the ids alone */
   int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
   if (rc) {
     rc = rc > 0 ? 0 : rc;
@@ -368,15 +376,17 @@ int gj_cmd_generate(int argc, char **argv) {
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, GJ_DECODE, gemm, prec, mem_gb,
                   "use more ranks with --tp (generate holds the KV cache of the whole context)");
-  if (rc || (rc = fit_prompt(&ids, m.c.vocab_size, T, &max_new))) goto done;
-  int64_t V = m.c.vocab_size, Vreal = tok ? GJ_MIN(V, gj_tokenizer_vocab_size(tok)) : V;
+  if (rc || (rc = fit_prompt(&ids, prompt ? "--prompt" : "--prompt-ids", m.c.vocab_size, T, &max_new))) goto done;
+  /* the tokens: the tokenizer's, GPT-2's 50,257 where it is not read (--prompt-ids with --ids);
+   * the model's rows past them pad the vocabulary */
+  int64_t V = m.c.vocab_size, Vreal = GJ_MIN(V, tok ? gj_tokenizer_vocab_size(tok) : GJ_EOT_ID + 1);
   full = malloc(V * sizeof(float));
   work = malloc(V * sizeof(cand));
   rc = full && work ? 0 : GJ_FAIL("out of memory for the logits of %lld tokens", (long long)V);
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   sampler sm = {temp, topp, topk, (uint64_t)seed};
   size_t n_prompt = ids.n;
-  rc = extend(&m, &ids, max_new, Vreal, tok != NULL, &sm, full, work);
+  rc = extend(&m, &ids, max_new, Vreal, &sm, full, work);
   if (!rc && g.rank == 0) rc = print_generated(&ids, n_prompt, print_ids, prompt, tok);
 done:
   free(full), free(work), free(ids.v);

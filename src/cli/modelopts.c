@@ -69,20 +69,24 @@ int gj_modelopts_parse(gj_modelopts *mo, int argc, char **argv, gj_opt *table,
   memset(mo, 0, sizeof *mo);
   mo->table = table;
   mo->preset = "tiny";
-  for (int i = 1; i + 1 < argc; i++) {
-    if (!strcmp(argv[i], "--preset")) mo->preset = argv[i + 1], mo->model_set = 1;
-    if (!strcmp(argv[i], "--config")) mo->config_file = argv[i + 1];
-  }
+  /* the first pass, in the command line's order: the last --preset, every --config file */
+  const char *files[64];
+  int nfiles = 0, help = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "--preset=", 9)) mo->preset = argv[i] + 9, mo->model_set = 1;
-    if (!strncmp(argv[i], "--config=", 9)) mo->config_file = argv[i] + 9;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) mo->config_file = NULL;
+    const char *v = NULL;
+    int cfg = 0;
+    if ((!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config")) && i + 1 < argc)
+      cfg = argv[i][2] == 'c', v = argv[++i];
+    else if (!strncmp(argv[i], "--preset=", 9) || !strncmp(argv[i], "--config=", 9))
+      cfg = argv[i][2] == 'c', v = argv[i] + 9;
+    help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+    if (v && !cfg) mo->preset = v, mo->model_set = 1;
+    if (v && cfg && nfiles == (int)(sizeof files / sizeof files[0])) return GJ_FAIL("--config: more than 64 files");
+    if (v && cfg) files[nfiles++] = mo->config_file = v;
   }
-  int help = 0;
-  for (int i = 1; i < argc; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
   if (!help) {
     if (gj_config_preset(&mo->config, mo->preset)) return gj_err_prefix("--preset");
-    if (mo->config_file) GJ_TRY(gj_kvconf_read(mo->config_file, file_key, mo));
+    for (int k = 0; k < nfiles; k++) GJ_TRY(gj_kvconf_read(files[k], file_key, mo));
   } else {
     gj_config_preset(&mo->config, "tiny");
   }
@@ -91,6 +95,7 @@ int gj_modelopts_parse(gj_modelopts *mo, int argc, char **argv, gj_opt *table,
            "model:\n"
            "  --preset NAME            tiny (default), gptj-125m, gptj-350m, gptj-6b\n"
            "  --config FILE            'key = value' lines: model keys and any option above\n"
+           "                           (after the preset, files in order; flags override them)\n"
            "  --KEY VALUE              a model key: vocab_size, n_positions, n_embd, n_layer,\n"
            "                           n_head, rotary_dim, n_inner, layer_norm_epsilon");
   gj_cmdline cl = {usage, summary, table, extra, mo, help_text, 0};

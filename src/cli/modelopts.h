@@ -1,6 +1,7 @@
 /* Options shared by the commands that build a model: --preset NAME, --config FILE (a
  * `key = value` file of model keys and the command's own options), and model keys as flags
- * (--n_embd 128 or --n-embd 128). Precedence: preset < config file < command line. */
+ * (--n_embd 128 or --n-embd 128). Precedence: the last --preset < each --config file in the
+ * command line's order < the other flags of the command line. */
 #ifndef GJ_CLI_MODELOPTS_H
 #define GJ_CLI_MODELOPTS_H
 

@@ -34,8 +34,12 @@ int gj_kvconf_read(const char *path, gj_kv_fn fn, void *ctx) {
     snprintf(where, sizeof where, "%s:%d", path, lineno);
     if ((size_t)len != strlen(line)) { rc = GJ_FAIL("%s: NUL byte in the line", where); break; }
     if (len > 4096) { rc = GJ_FAIL("%s: line too long", where); break; }
-    char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
+    /* a comment: '#' at the line's start or after white space (a path's '#', as in a/h#x, is text) */
+    for (char *h = line; (h = strchr(h, '#')); h++)
+      if (h == line || isspace((unsigned char)h[-1])) {
+        *h = 0;
+        break;
+      }
     char *s = trim(line);
     if (!*s) continue;
     char *eq = strchr(s, '=');
