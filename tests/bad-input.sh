@@ -254,6 +254,11 @@ shutil.copy(ck, w + "/nan.h5")                  # a NaN weight with a valid CRC
 with h5py.File(w + "/nan.h5", "r+") as f:
     d = f["model/transformer.ln_f.weight"]; a = d[...]; a[3] = np.nan; d[...] = a
     d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
+shutil.copy(ck, w + "/nanlm.h5")                # a NaN in the head's second TP half, row 30000
+with h5py.File(w + "/nanlm.h5", "r+") as f:
+    d = f["model/lm_head.weight"]; a = d[...]; a[30000, 5] = np.nan; d[...] = a
+    d.attrs["crc32"] = np.uint32(zlib.crc32(a.astype("<f4").tobytes()))
+    assert a.shape[1] == 64, a.shape
 shutil.copy(ck, w + "/huge.h5")                 # finite weights whose logits overflow
 with h5py.File(w + "/huge.h5", "r+") as f:
     for n in ("model/transformer.ln_f.bias", "model/lm_head.weight"):
@@ -510,6 +515,8 @@ rows=(
 "0|'/tokens' keeps its data in external files|eval --checkpoint $ck --data $w/extfile.h5"
 "0|attribute 'format' is 'something-else'|train --data $w/fmt.h5 --seq-len 16 --run-dir $w/r7"
 "0|transformer.ln_f.weight holds a non-finite value|eval --checkpoint $w/nan.h5 --data $w/ok.h5"
+"2|lm_head.weight holds a non-finite value (nan at element 1920005)|eval --checkpoint $w/nanlm.h5 --data $w/ok.h5 --tp 2"
+"0|lm_head.weight holds a non-finite value (nan at element 1920005)|eval --checkpoint $w/nanlm.h5 --data $w/ok.h5"
 "0|new token 1: the model's logit of token 0 is inf|generate --checkpoint $w/huge.h5 --prompt-ids 1 --temperature 0"
 "2|nothing to sample from|generate --checkpoint $w/huge.h5 --prompt-ids 1,2 --tp 2"
 "0|dup.conf:2: 'n-embd' is given again (first on line 1)|plan --config $w/dup.conf"

@@ -130,6 +130,13 @@ int gj_ckpttensor_write_owned(hid_t f, int fd, const char *path, gj_state *st, g
                          hi > lo ? (hi - 1) / t->lcols + 1 : lo / t->lcols, crc, dxpl);
 }
 
+/* Element e of a rank's slice of t as the element of the global tensor (row-major), for
+ * messages that name it. */
+static size_t global_elem(const gj_tensor *t, size_t e) {
+  size_t lc = (size_t)t->lcols;
+  return ((size_t)t->row0 + e / lc) * (size_t)t->cols + (size_t)t->col0 + e % lc;
+}
+
 int gj_ckpttensor_read_crc(hid_t d, uint32_t *want) {
   hid_t at = H5Aexists(d, "crc32") > 0 ? H5Aopen(d, "crc32", H5P_DEFAULT) : -1;
   if (at < 0) return -1;
@@ -221,7 +228,7 @@ int gj_ckpttensor_load(hid_t f, const char *fname, const char *path, gj_grid *g,
       if (!isfinite(local[e]) && e < bad) bad = e;
   }
   if (!rc && bad != SIZE_MAX)
-    rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, local[bad], bad);
+    rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, local[bad], global_elem(t, bad));
   return gj_agree(g->world, rc);
 }
 
@@ -287,7 +294,7 @@ int gj_ckpttensor_load_rows(hid_t f, const char *fname, const char *path, gj_gri
   if (!rc && got != want) rc = GJ_FAIL("%s: %s is corrupted (CRC32 %08x, expected %08x)", fname, path, got, want);
   /* a checkpoint of a run that diverged (or was edited) trains and evaluates to NaN */
   if (!rc && k.bad != SIZE_MAX)
-    rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, k.bad_v, k.bad);
+    rc = GJ_FAIL("%s: %s holds a non-finite value (%g at element %zu)", fname, path, k.bad_v, global_elem(t, k.bad));
   free(slice);
   return gj_agree(g->world, rc);
 }
