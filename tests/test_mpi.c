@@ -9,6 +9,7 @@
  * - The collectives of src/parallel/ (broadcast, reductions, agreement, node size, ordered
  *   gather, vocab all-gather, TP argmax) against what they must compute. */
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -732,15 +733,18 @@ START_TEST(test_reductions) {
   uint64_t u[3] = {((uint64_t)1 << 58) + (uint64_t)world_rank, 1, (uint64_t)world_rank << 40};
   int mi[2] = {-world_rank, world_rank * 3};
   double mf[2] = {-0.5 * world_rank, 1.0 / (world_rank + 1)}, sf[2] = {0.25, (double)world_rank};
-  int rc[6], same_all, same_rank;
+  int rc[7], same_all, same_rank, same_min, same_min0;
   rc[0] = gj_allreduce_sum_u64(w, u, 3);
   rc[1] = gj_allreduce_max_int(w, mi, 2);
   rc[2] = gj_allreduce_max_f64(w, mf, 2);
   rc[3] = gj_allreduce_sum_f64(w, sf, 2);
   rc[4] = gj_same_int(w, 42, &same_all) || gj_same_int(w, world_rank, &same_rank);
   rc[5] = gj_barrier(w);
+  rc[6] = gj_same_int(w, INT_MIN, &same_min) || gj_same_int(w, world_rank ? INT_MIN : 0, &same_min0);
   uint64_t S = (uint64_t)world_size, R = S * (S - 1) / 2; /* sum of the ranks */
-  for (int i = 0; i < 6; i++) ck_assert_int_eq(rc[i], 0);
+  for (int i = 0; i < 7; i++) ck_assert_int_eq(rc[i], 0);
+  ck_assert_int_eq(same_min, 1);
+  ck_assert_int_eq(same_min0, world_size == 1); /* INT_MIN beside 0: not the same */
   ck_assert(u[0] == ((uint64_t)world_size << 58) + R);
   ck_assert(u[1] == S);
   ck_assert(u[2] == R << 40);

@@ -116,10 +116,10 @@ int gj_agree(gj_comm comm, int rc) {
 }
 
 int gj_same_int(gj_comm comm, int v, int *same) {
-  int mm[2] = {-v, v};
+  int mm[2] = {~v, v}; /* max(~v) = ~min(v), defined for every int (-v is not for INT_MIN) */
   int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm);
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Allreduce(same value)");
-  *same = -mm[0] == mm[1];
+  *same = ~mm[0] == mm[1];
   return 0;
 }
 

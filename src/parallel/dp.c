@@ -11,7 +11,9 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
   s->g = g, s->grads = grads, s->n = n;
   s->rows = rows, s->skip = rows ? skip : 0;
   s->bucket = bucket_floats ? bucket_floats : ((size_t)1 << 22); /* 16 MB */
-  s->cap = (int)(n / s->bucket + 2 + 1024);
+  /* a posted range of L >= bucket floats takes ceil(L / bucket) <= 2 L / bucket requests; the
+   * shorter ones (the last, a range not adjacent to the one before) one each */
+  s->cap = (int)(2 * (n / s->bucket) + 2 + 1024);
   s->req = malloc(s->cap * sizeof(MPI_Request));
   s->tmp = malloc((s->bucket + s->bucket / GJ_MAX(g->dp_size, 1) + 1) * sizeof(float));
   return s->req && s->tmp ? 0 : GJ_FAIL("out of memory");
