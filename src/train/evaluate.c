@@ -11,7 +11,9 @@ int gj_evaluate(gj_model *m, const gj_dataset *ds, int64_t T, int64_t S, int64_t
   if (n < 2) return GJ_FAIL("%s: fewer than 2 tokens: nothing to evaluate", ds->path);
   if (S < 1 || S > T) return GJ_FAIL("--stride %lld must be in [1, seq_len %lld]", (long long)S, (long long)T);
   int32_t *ids = malloc(B * T * sizeof(int32_t)), *tg = malloc(B * T * sizeof(int32_t));
-  if (!ids || !tg) return free(ids), free(tg), GJ_FAIL("out of memory");
+  /* agreed: the TP partners of a rank that failed would wait in forward */
+  if (gj_agree(g->world, ids && tg ? 0 : GJ_FAIL("out of memory for a batch of %lld x %lld ids", (long long)B, (long long)T)))
+    return free(ids), free(tg), -1;
   double sum = 0;
   int64_t cnt = 0, nb = 0, Tb = 0;
   int rc = 0;
