@@ -101,6 +101,7 @@ int main(int argc, char **argv) {
   }
   gj_rundir_unlock(); /* a run directory's lock goes before MPI_Finalize (after it, mpirun
                        * may end the process before exit handlers run) */
+  if (rc) gj_rundir_discard_new();
   if (needs_mpi) MPI_Finalize();
   return rc;
 }

@@ -67,6 +67,9 @@ mkdir -p "$w/vocab" && echo '{"a": 0,' > "$w/vocab/encoder.json" && cp "$top/dat
 # A small model (V 64, D 16, 1 layer: small.conf) with checkpoints and datasets written here,
 # valid (s_good.h5, small.h5) or with one hostile size or type each.
 printf 'vocab_size = 64\nn_positions = 32\nn_embd = 16\nn_layer = 1\nn_head = 2\nrotary_dim = 4\nn_inner = 32\n' > "$w/small.conf"
+# a sharded random model, then a one-file one asked into the same directory (its index would shadow it)
+"$g" random-hf --preset tiny --out "$w/rhf" --shard-gb 0.01 >/dev/null 2>&1
+printf 'data = "unterminated\n' > "$w/quote.conf"
 /usr/bin/python3 - "$w" <<'PY'
 import sys, os, json, struct, zlib, h5py, numpy as np
 w = sys.argv[1]
@@ -294,6 +297,13 @@ rows=(
 "0|--steps: missing value|train --data $w/ok.h5 --steps"
 "0|--steps: expected an integer, got 'ten'|train --data $w/ok.h5 --steps ten"
 "0|--lr: -1 is out of range|train --data $w/ok.h5 --lr -1"
+"0|--eps: 0 is out of range|train --data $w/ok.h5 --eps 0"
+"0|--decay-steps 2 is below --warmup 3|train --data $w/ok.h5 --warmup 3 --decay-steps 2"
+"0|--run-dir: missing value before '--overwrite'|train --data $w/ok.h5 --run-dir --overwrite"
+"0|quote.conf:1: a quoted value must end with '\"'|train --config $w/quote.conf"
+"0|--checkpoint is an option of --to-hf, not of --from-hf|convert --from-hf $w/rhf --out $w/x.h5 --checkpoint $ck"
+"0|--out is an option of --from-hf|convert --to-hf $w/hfo4 --checkpoint $ck --out $w/x.h5"
+"0|--out $w/rhf: holds a sharded model (model.safetensors.index.json)|random-hf --preset tiny --out $w/rhf"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
 "0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"
 "0|rotary_dim 32 is larger than the head dimension 16|train --data $w/ok.h5 --config $w/rot.conf"

@@ -14,6 +14,7 @@
 #include "model/params.h"
 #include "io/blend.h"
 #include "io/dataset.h"
+#include "io/kvconf.h"
 #include "io/loader.h"
 #include "io/megatron.h"
 #include "testutil.h"
@@ -75,6 +76,36 @@ START_TEST(test_modelopts_order) {
                   (long long)mo.config.n_head, (long long)mo.config.n_embd);
     if (cs[i].data) ck_assert_str_eq(data, cs[i].data);
   }
+}
+END_TEST
+
+/* gj_kvconf_write gives back every string through gj_kvconf_read: white space at the ends, '#'
+ * after a space or not, quotes, backslashes, a newline. */
+static const char *const kv_values[] = {"plain/path.h5", "tr ain #1.h5", " lead", "trail ", "a#b", "#start",
+                                        "\"quoted\"", "x\\y\\", "two\nlines", "mid\"dle", "tab\there"};
+static int kv_check(void *ctx, const char *key, const char *value) {
+  int *n = ctx;
+  ck_assert_str_eq(value, kv_values[*n]);
+  ck_assert_int_eq(atoi(key + 1), *n);
+  ++*n;
+  return 0;
+}
+
+START_TEST(test_kvconf_roundtrip) {
+  const char *path = "tests/out/kv.conf";
+  ck_assert_int_eq(tu_sh("mkdir -p tests/out"), 0);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  const int n = (int)(sizeof kv_values / sizeof kv_values[0]);
+  for (int i = 0; i < n; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "k%d", i);
+    gj_kvconf_write(f, key, kv_values[i]);
+  }
+  fclose(f);
+  int got = 0;
+  ck_assert_msg(gj_kvconf_read(path, kv_check, &got) == 0, "%s", gj_errmsg());
+  ck_assert_int_eq(got, n);
 }
 END_TEST
 
@@ -822,6 +853,7 @@ int main(void) {
   tcase_add_test(tc, test_megatron_read);
   tcase_add_test(tc, test_megatron_tokenize);
   tcase_add_test(tc, test_modelopts_order);
+  tcase_add_test(tc, test_kvconf_roundtrip);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -319,6 +319,32 @@ START_TEST(test_generate_tokens) {
 }
 END_TEST
 
+/* config.conf gives the run back: --data and --run-dir with a space, '#' and a trailing space are
+ * written quoted and read back as they were; seq-len and decay-steps left to their defaults are
+ * written as 0, so the file used again with more --steps resumes the run (the same directory)
+ * with the decay following the new --steps; a flag can be set in a config file. */
+START_TEST(test_config_conf_roundtrip) {
+  char dir[1300], log[1400];
+  snprintf(dir, sizeof dir, "%s/cc #1 ", OUT);
+  snprintf(log, sizeof log, "%s/cc.log", OUT);
+  ck_assert_int_eq(sh("rm -rf '%s' && mkdir -p '%s/da ta #2' && cp %s '%s/da ta #2/v #.h5'", dir, dir, DATA, dir), 0);
+  ck_assert_int_eq(sh("cd '%s' && %s/gptj train --preset tiny --warmup 1 --micro-batch 4 --steps 2 --data 'da ta #2/v #.h5' "
+                      "--run-dir 'ru n #3 ' > %s 2>&1", dir, B_, log), 0);
+  ck_assert_int_eq(sh("cd '%s' && grep -qx 'data = \"da ta #2/v #.h5\"' 'ru n #3 /config.conf' && "
+                      "grep -qx 'run-dir = \"ru n #3 \"' 'ru n #3 /config.conf' && "
+                      "grep -q '^decay-steps = 0  # --steps: 2 in this run$' 'ru n #3 /config.conf' && "
+                      "grep -q '^seq-len = 0  # n_positions: 128 in this run$' 'ru n #3 /config.conf'", dir), 0);
+  ck_assert_int_eq(sh("cd '%s' && %s/gptj train --config 'ru n #3 /config.conf' --steps 4 --resume auto > %s 2>&1 && "
+                      "grep -q 'resumed from ru n #3 /ckpt-00000002.h5 at step 2' %s && "
+                      "test -f 'ru n #3 /ckpt-00000004.h5' && grep -q '^decay-steps = 0  # --steps: 4 in this run$' "
+                      "'ru n #3 /config.conf'", dir, B_, log, log), 0);
+  /* a flag in a config file: overwrite = 1 starts the run over */
+  ck_assert_int_eq(sh("cd '%s' && printf 'overwrite = 1\\n' > ow.conf && %s/gptj train --config 'ru n #3 /config.conf' "
+                      "--config ow.conf --steps 1 > %s 2>&1 && test -f 'ru n #3 /ckpt-00000001.h5' && "
+                      "! test -e 'ru n #3 /ckpt-00000004.h5'", dir, B_, log), 0);
+}
+END_TEST
+
 /* gptj bench on 2 DP ranks: its figures are there and sane, the GEMM efficiency taken pair by
  * pair from each measured step and the step's products replayed alone right after it. */
 START_TEST(test_bench) {
@@ -461,6 +487,7 @@ int main(void) {
   TU_ADD(s, test_skipped_step, NULL, 900);
   TU_ADD(s, test_huge_gradient, NULL, 900);
   TU_ADD(s, test_generate_tokens, NULL, 900);
+  TU_ADD(s, test_config_conf_roundtrip, NULL, 900);
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
   TU_ADD(s, test_bench, NULL, 900);

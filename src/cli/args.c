@@ -86,6 +86,9 @@ int gj_args_parse(const gj_cmdline *cl, int argc, char **argv, char **pos, int *
       if (!val) {
         if (i + 1 >= argc) return GJ_FAIL("--%s: missing value", name);
         val = argv[++i];
+        /* the next option, not a value (--%s=--x gives a value that starts with --) */
+        if (!strncmp(val, "--", 2) && val[2])
+          return GJ_FAIL("--%s: missing value before '%s' (--%s=VALUE for a value that starts with --)", name, val, name);
       }
       GJ_TRY(set_opt(o, val));
       continue;

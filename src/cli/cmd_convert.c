@@ -137,13 +137,13 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
 }
 
 int gj_cmd_convert(int argc, char **argv) {
-  const char *from = NULL, *to = NULL, *out = NULL, *ckpt = NULL, *dtype = "float32";
+  const char *from = NULL, *to = NULL, *out = NULL, *ckpt = NULL, *dtype = NULL;
   gj_opt opts[] = {
       {"from-hf", GJ_OPT_STR, &from, "Hugging Face GPT-J directory to read (config.json + safetensors)", 1, 0},
       {"out", GJ_OPT_STR, &out, "checkpoint to write (with --from-hf)", 1, 0},
       {"to-hf", GJ_OPT_STR, &to, "Hugging Face directory to write", 1, 0},
       {"checkpoint", GJ_OPT_STR, &ckpt, "checkpoint to read (with --to-hf)", 1, 0},
-      {"dtype", GJ_OPT_STR, &dtype, "with --to-hf: float32 or bfloat16", 1, 0},
+      {"dtype", GJ_OPT_STR, &dtype, "with --to-hf: float32 (default) or bfloat16", 1, 0},
       {NULL}};
   gj_cmdline cl = {"gptj convert --from-hf DIR --out CKPT.h5 | --to-hf DIR --checkpoint CKPT.h5 [--dtype bfloat16]",
                    "Converts between Hugging Face GPT-J (config.json with model.safetensors, or sharded\n"
@@ -154,7 +154,10 @@ int gj_cmd_convert(int argc, char **argv) {
   int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
   if (rc > 0) rc = 0; /* --help */
   else if (!rc && !from == !to) rc = GJ_FAIL("give one of --from-hf or --to-hf");
+  else if (!rc && from && (ckpt || dtype))
+    rc = GJ_FAIL("--%s is an option of --to-hf, not of --from-hf (which writes --out)", ckpt ? "checkpoint" : "dtype");
+  else if (!rc && to && out) rc = GJ_FAIL("--out is an option of --from-hf; --to-hf writes into its directory");
   else if (!rc && from) rc = out ? from_hf(from, out) : GJ_FAIL("--out: required with --from-hf");
-  else if (!rc) rc = ckpt ? to_hf(ckpt, to, dtype) : GJ_FAIL("--checkpoint: required with --to-hf");
+  else if (!rc) rc = ckpt ? to_hf(ckpt, to, dtype ? dtype : "float32") : GJ_FAIL("--checkpoint: required with --to-hf");
   return rc;
 }

@@ -122,6 +122,7 @@ int gj_cmd_plan(int argc, char **argv) {
   double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
   double dp_bytes = ring((double)ms.params - (zero && rows < emb ? 0 : emb) + rows, (int)dp);
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
+  omp_set_num_threads((int)threads); /* the GEMM rate on --threads threads, as the bandwidth */
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
   if (!(rate > 0)) return GJ_FAIL("cannot measure the sgemm rate on the model's shapes (out of memory?): give --sgemm-gflops");
   if (mem_g > 0 && mem_g < 1e-3) return GJ_FAIL("--mem-gbps: %g is out of range [0.001, 1e6] (0: measure)", mem_g);

@@ -126,6 +126,11 @@ static int run(rhf *x) {
   if (!x->buf) return GJ_FAIL("out of memory for a tensor of %zu floats", mx);
   uint64_t total = 0;
   GJ_TRY(plan_shards(x, &total));
+  char idx[GJ_PATH_BUF];
+  GJ_TRY(gj_path_join(idx, sizeof idx, x->out, "model.safetensors.index.json"));
+  if (x->nshards == 1 && !lstat(idx, &st))
+    return GJ_FAIL("--out %s: holds a sharded model (model.safetensors.index.json), which readers would take "
+                   "instead of the model.safetensors written here; remove it or give another directory", x->out);
   gj_info("random-hf: %lld parameters, %.2f GB of %s in %d file(s) -> %s", (long long)x->l.n_global, total / 1e9,
           x->dtype, x->nshards, x->out);
   for (int s = 0; s < x->nshards; s++) GJ_TRY(write_shard(x, s));

@@ -18,6 +18,7 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "io/kvconf.h"
 #include "io/outfile.h"
 #include "io/rundir.h"
 #include "model/gemm.h"
@@ -34,6 +35,7 @@ typedef struct {
   int overwrite;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every;
   int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, nan_part, zero, recompute, oib;
+  int64_t seq_len_given, decay_given; /* as given (0: follow n_positions, --steps), for config.conf */
   double lr, floor, beta1, beta2, eps, wd, clip, zloss, max_time, mem_gb;
 } train_opts;
 
@@ -63,7 +65,7 @@ static gj_opt *train_table(train_opts *o) {
       {"lr-floor", GJ_OPT_F64, &o->floor, "final learning rate as a fraction of the peak", 0, 1},
       {"beta1", GJ_OPT_F64, &o->beta1, "AdamW beta1", 0, 0.999999},
       {"beta2", GJ_OPT_F64, &o->beta2, "AdamW beta2", 0, 0.999999},
-      {"eps", GJ_OPT_F64, &o->eps, "AdamW epsilon", 0, 1},
+      {"eps", GJ_OPT_F64, &o->eps, "AdamW epsilon (> 0: a zero gradient would give 0 / 0)", 1e-30, 1},
       {"weight-decay", GJ_OPT_F64, &o->wd, "decoupled weight decay (2-D tensors only)", 0, 10},
       {"clip", GJ_OPT_F64, &o->clip, "global gradient-norm clip (0: off)", 0, 1e9},
       {"zloss", GJ_OPT_F64, &o->zloss, "z-loss coefficient on log(Z)^2 (GPT-J used 1e-4)", 0, 1},
@@ -74,7 +76,7 @@ static gj_opt *train_table(train_opts *o) {
       {"save-every", GJ_OPT_I64, &o->save_every, "steps between checkpoints (0: only at the end)", 0, 1e12},
       {"keep-checkpoints", GJ_OPT_I64, &o->keep, "checkpoints kept in --run-dir (0: all)", 0, 1e6},
       {"ckpt-compress", GJ_OPT_I64, &o->compress, "deflate level of checkpoints (0: off)", 0, 9},
-      {"max-time", GJ_OPT_F64, &o->max_time, "wall-clock seconds after which to checkpoint and stop (0: none)", 0, 1e9},
+      {"max-time", GJ_OPT_F64, &o->max_time, "wall-clock seconds of training (from its first step, after the start-up) after which to checkpoint and stop (0: none)", 0, 1e9},
       {"mem-per-rank-gb", GJ_OPT_F64, &o->mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
       {"max-bad-steps", GJ_OPT_I64, &o->max_bad, "consecutive skipped steps (non-finite, or a gradient element of 1e19 or more) before stopping", 1, 1e9},
       {"debug-nan-step", GJ_OPT_I64, &o->inject_nan, "debug: inject a NaN into the gradients at this step", 0, 1e12},
@@ -85,8 +87,10 @@ static gj_opt *train_table(train_opts *o) {
   return t;
 }
 
-/* config.conf of the run: written under a temporary name, synced and renamed. */
-static int write_config(const char *path, const gj_config *c, const gj_opt *t) {
+/* config.conf of the run: written under a temporary name, synced and renamed. Options left to
+ * follow another (seq-len 0, decay-steps 0) are written as given, their value in this run in a
+ * comment, so that the file used again with another --steps still follows it. */
+static int write_config(const char *path, const gj_config *c, const gj_opt *t, const train_opts *to) {
   gj_outfile of;
   GJ_TRY(gj_outfile_begin(&of, path));
   FILE *f = fopen(of.tmp, "w");
@@ -98,12 +102,20 @@ static int write_config(const char *path, const gj_config *c, const gj_opt *t) {
           (long long)c->n_layer, (long long)c->n_head, (long long)c->rotary_dim,
           (long long)c->n_inner, c->layer_norm_epsilon);
   for (const gj_opt *o = t; o->name; o++) {
-    if (!strcmp(o->name, "resume")) continue;
+    if (!strcmp(o->name, "resume") || !strcmp(o->name, "overwrite")) continue;
+    if (!strcmp(o->name, "seq-len") && !to->seq_len_given) {
+      fprintf(f, "seq-len = 0  # n_positions: %lld in this run\n", (long long)to->seq_len);
+      continue;
+    }
+    if (!strcmp(o->name, "decay-steps") && !to->decay_given) {
+      fprintf(f, "decay-steps = 0  # --steps: %lld in this run\n", (long long)to->decay_steps);
+      continue;
+    }
     switch (o->type) {
     case GJ_OPT_I64: fprintf(f, "%s = %lld\n", o->name, (long long)*(int64_t *)o->dst); break;
     case GJ_OPT_F64: fprintf(f, "%s = %.17g\n", o->name, *(double *)o->dst); break;
     case GJ_OPT_STR:
-      if (*(const char **)o->dst) fprintf(f, "%s = %s\n", o->name, *(const char **)o->dst);
+      if (*(const char **)o->dst) gj_kvconf_write(f, o->name, *(const char **)o->dst);
       break;
     default: break;
     }
@@ -211,7 +223,7 @@ static int open_run_files(const train_opts *o, const gj_config *c, const gj_opt 
                          (long long)(resumed ? step : 0));
   }
   GJ_TRY(gj_path_join(path, sizeof path, o->run_dir, "config.conf"));
-  GJ_TRY(write_config(path, c, table));
+  GJ_TRY(write_config(path, c, table, o));
   GJ_TRY(gj_path_join(path, sizeof path, o->run_dir, "metrics.jsonl"));
   if (resumed) GJ_TRY(gj_rundir_trim_metrics(path, step));
   *metrics = fopen(path, resumed ? "a" : "w");
@@ -264,6 +276,10 @@ static int parse(train_ctx *x, int argc, char **argv) {
   if (rc) return rc;
   x->c = mo.config;
   if (!o->data) return GJ_FAIL("--data: required (a token dataset from gptj tokenize)");
+  o->seq_len_given = o->seq_len, o->decay_given = o->decay_steps;
+  if (o->decay_steps && o->decay_steps < o->warmup)
+    return GJ_FAIL("--decay-steps %lld is below --warmup %lld: the cosine decay runs from the warmup's end to "
+                   "--decay-steps", (long long)o->decay_steps, (long long)o->warmup);
   if (o->seq_len == 0) o->seq_len = x->c.n_positions;
   if (o->seq_len > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->seq_len, (long long)x->c.n_positions);

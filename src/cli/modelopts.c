@@ -37,6 +37,9 @@ static int file_key(void *ctx, const char *key, const char *value) {
   if (!strcmp(key, "preset")) {
     GJ_TRY(gj_config_preset(&mo->config, value));
     mo->model_set = 1;
+    char *name = strdup(value); /* the line's text does not outlive the file (kept to exit) */
+    if (!name) return GJ_FAIL("out of memory");
+    mo->preset = name;
     return 0;
   }
   int rc = set_model_key(mo, key, value);
@@ -45,6 +48,12 @@ static int file_key(void *ctx, const char *key, const char *value) {
   norm_key(k, sizeof k, key, '_', '-');
   for (gj_opt *o = mo->table; o->name; o++) {
     if (strcmp(o->name, k)) continue;
+    if (o->type == GJ_OPT_FLAG) { /* a flag: 1 or 0 */
+      int on = !strcmp(value, "1") || !strcmp(value, "true"), off = !strcmp(value, "0") || !strcmp(value, "false");
+      if (!on && !off) return GJ_FAIL("'%s' is a flag: expected 1 or 0, got '%s'", key, value);
+      *(int *)o->dst = on;
+      return 0;
+    }
     /* reuse the command-line parser for the value's type and range */
     char flag[160];
     snprintf(flag, sizeof flag, "--%s", k);

@@ -25,6 +25,25 @@ int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step) {
  * temporaries of config.conf and metrics.jsonl ("/metrics.jsonl.tmp.<pid>"). */
 #define RUNDIR_NAME_ROOM 48
 
+/* The directories gj_rundir_create made: the whole path and the first one made (""), which a
+ * run that fails before it writes anything removes again (gj_rundir_discard_new). */
+static char made_path[GJ_PATH_BUF], made_first[GJ_PATH_BUF];
+
+void gj_rundir_discard_new(void) {
+  if (!made_first[0]) return;
+  char p[GJ_PATH_BUF];
+  snprintf(p, sizeof p, "%s", made_path);
+  for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = 0;
+  for (;;) { /* from the deepest up to the first one made; rmdir removes empty ones only */
+    if (rmdir(p)) break;
+    if (!strcmp(p, made_first)) break;
+    char *slash = strrchr(p, '/');
+    if (!slash || slash == p) break;
+    *slash = 0;
+  }
+  made_first[0] = 0;
+}
+
 int gj_rundir_create(const char *dir) {
   char buf[GJ_PATH_BUF];
   if (strlen(dir) + RUNDIR_NAME_ROOM > GJ_PATH_MAX)
@@ -37,12 +56,16 @@ int gj_rundir_create(const char *dir) {
     char c = buf[i];
     buf[i] = 0;
     struct stat st;
-    if (mkdir(buf, 0755) && errno != EEXIST)
-      return GJ_FAIL("--run-dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+    if (mkdir(buf, 0755)) {
+      if (errno != EEXIST) return GJ_FAIL("--run-dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+    } else if (!made_first[0]) {
+      snprintf(made_first, sizeof made_first, "%s", buf);
+    }
     if (stat(buf, &st)) return GJ_FAIL("--run-dir %s: %s: %s", dir, buf, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return GJ_FAIL("--run-dir %s: %s: Not a directory", dir, buf);
     buf[i] = c;
   }
+  if (made_first[0]) snprintf(made_path, sizeof made_path, "%s", buf);
   return 0;
 }
 

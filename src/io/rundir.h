@@ -19,6 +19,9 @@ int gj_ckpt_path(char *out, size_t n, const char *dir, int64_t step);
 
 /* Create dir and its parents (mkdir -p); a component that is not a directory is an error. */
 int gj_rundir_create(const char *dir);
+/* Remove the directories gj_rundir_create made, if they are still empty (a run that failed
+ * before writing anything leaves no empty --run-dir behind). */
+void gj_rundir_discard_new(void);
 
 /* The steps of dir's checkpoints, newest first (*steps malloc'd, *n of them; 0 if the
  * directory does not exist). */
