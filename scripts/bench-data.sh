@@ -8,7 +8,7 @@
 #   scripts/bench-data.sh [--size GB] [--dir D] [--steps 20] [--preset tiny] [--seq-len N]
 #                         [--micro-batch 8] [--gptj PATH] [--keep]
 # Needs about 2.1 x --size GB free in --dir (the text, one token dataset, tokenize's spool);
-# everything it writes is removed at the end unless --keep. --seq-len defaults to the preset's
+# it works in a directory of its own inside --dir, removed at the end unless --keep. --seq-len defaults to the preset's
 # n_positions. Prints a Markdown table.
 set -euo pipefail
 size=4 dir=${TMPDIR:-/tmp}/gptj-bench-data steps=20 preset=tiny seq= mb=8 gptj= keep=0
@@ -42,13 +42,15 @@ fi
 [ -x /usr/bin/time ] || { echo "bench-data.sh: error: /usr/bin/time is needed (apt-get install time)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$dir"
-[ "$keep" = 1 ] || trap 'rm -rf "$dir"' EXIT
 need=$(echo "$size * 2.1 * 1024 * 1024" | bc | cut -d. -f1)
 free=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
 [ "$free" -gt "$need" ] || { echo "bench-data.sh: error: $dir has $((free / 1048576)) GB free, $((need / 1048576)) GB needed" >&2; exit 2; }
+# its files go to a directory of its own inside --dir: only that is removed, whatever --dir holds
+work=$(mktemp -d "$dir/bench-data.XXXXXX")
+[ "$keep" = 1 ] || trap 'rm -rf "$work"' EXIT
 
 # 1. the corpus
-corpus=$dir/corpus.jsonl
+corpus=$work/corpus.jsonl
 echo "building a $size GB corpus in $corpus ..." >&2
 /usr/bin/python3 - "$corpus" "$size" "$top/data" <<'PY'
 import json, random, re, sys, time
@@ -73,43 +75,43 @@ bytes=$(stat -c %s "$corpus")
 # 2. tokenize on 1 and on 2 ranks: wall time and each rank's peak RSS (from /usr/bin/time)
 tok() { # ranks out
   local r=$1 out=$2 t0 t1
-  rm -f "$out" "$dir"/rss.*
+  rm -f "$out" "$work"/rss.*
   t0=$(date +%s.%N)
   if [ "$r" = 1 ]; then
-    OMP_NUM_THREADS=1 /usr/bin/time -f %M -o "$dir/rss.0" "$gptj" tokenize --out "$out" "$corpus" >/dev/null 2>"$dir/tok$r.log"
+    OMP_NUM_THREADS=1 /usr/bin/time -f %M -o "$work/rss.0" "$gptj" tokenize --out "$out" "$corpus" >/dev/null 2>"$work/tok$r.log"
   else
     OMP_NUM_THREADS=1 mpirun -np "$r" bash -c '/usr/bin/time -f %M -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' \
-      "$dir" "$gptj" tokenize --out "$out" "$corpus" >/dev/null 2>"$dir/tok$r.log"
-  fi || { tail -n 5 "$dir/tok$r.log" >&2; echo "bench-data.sh: error: tokenize on $r ranks failed" >&2; exit 1; }
+      "$work" "$gptj" tokenize --out "$out" "$corpus" >/dev/null 2>"$work/tok$r.log"
+  fi || { tail -n 5 "$work/tok$r.log" >&2; echo "bench-data.sh: error: tokenize on $r ranks failed" >&2; exit 1; }
   t1=$(date +%s.%N)
   tok_s[$r]=$(echo "$t1 - $t0" | bc)
-  tok_rss[$r]=$(cat "$dir"/rss.* | sort -n | tail -n 1)
+  tok_rss[$r]=$(cat "$work"/rss.* | sort -n | tail -n 1)
 }
 declare -A tok_s tok_rss
 echo "tokenizing on 1 rank ..." >&2
-tok 1 "$dir/big.h5"
-sum1=$(md5sum < "$dir/big.h5")
+tok 1 "$work/big.h5"
+sum1=$(md5sum < "$work/big.h5")
 echo "tokenizing on 2 ranks ..." >&2
-tok 2 "$dir/big.h5"
-sum2=$(md5sum < "$dir/big.h5")
+tok 2 "$work/big.h5"
+sum2=$(md5sum < "$work/big.h5")
 same=$([ "$sum1" = "$sum2" ] && echo "byte-identical" || echo "DIFFERENT")
-ntok=$("$gptj" info "$dir/big.h5" | awk '/^tokens:/ {print $2}')
-"$gptj" tokenize --out "$dir/small.h5" "$top/data/brown-valid.txt" >/dev/null 2>&1
+ntok=$("$gptj" info "$work/big.h5" | awk '/^tokens:/ {print $2}')
+"$gptj" tokenize --out "$work/small.h5" "$top/data/brown-valid.txt" >/dev/null 2>&1
 
 # 3. the same training run from the small and the large dataset
 train() { # data name
-  rm -rf "$dir/run-$2"
-  OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$dir/rss-$2" "$gptj" train --data "$1" --preset "$preset" \
-    ${seq:+--seq-len "$seq"} --micro-batch "$mb" --steps "$steps" --warmup 2 --save-every 0 --run-dir "$dir/run-$2" \
-    >"$dir/train-$2.log" 2>&1 || { tail -n 5 "$dir/train-$2.log" >&2; echo "bench-data.sh: error: training from $1 failed" >&2; exit 1; }
+  rm -rf "$work/run-$2"
+  OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$work/rss-$2" "$gptj" train --data "$1" --preset "$preset" \
+    ${seq:+--seq-len "$seq"} --micro-batch "$mb" --steps "$steps" --warmup 2 --save-every 0 --run-dir "$work/run-$2" \
+    >"$work/train-$2.log" 2>&1 || { tail -n 5 "$work/train-$2.log" >&2; echo "bench-data.sh: error: training from $1 failed" >&2; exit 1; }
   # median step time over the steps after the first (metrics.jsonl: step_s)
   /usr/bin/python3 -c 'import json,sys,statistics as s; t=[json.loads(l)["step_s"] for l in open(sys.argv[1]) if "step_s" in l]; print("%.4f" % s.median(t[1:] or t))' \
-    "$dir/run-$2/metrics.jsonl"
+    "$work/run-$2/metrics.jsonl"
 }
 echo "training $steps steps from each dataset ..." >&2
-st_small=$(train "$dir/small.h5" small); st_big=$(train "$dir/big.h5" big)
-rss_small=$(cat "$dir/rss-small"); rss_big=$(cat "$dir/rss-big")
-small_tok=$("$gptj" info "$dir/small.h5" | awk '/^tokens:/ {print $2}')
+st_small=$(train "$work/small.h5" small); st_big=$(train "$work/big.h5" big)
+rss_small=$(cat "$work/rss-small"); rss_big=$(cat "$work/rss-big")
+small_tok=$("$gptj" info "$work/small.h5" | awk '/^tokens:/ {print $2}')
 
 mbs1=$(echo "scale=1; $bytes / 1000000 / ${tok_s[1]}" | bc)
 mbs2=$(echo "scale=1; $bytes / 1000000 / ${tok_s[2]}" | bc)

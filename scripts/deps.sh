@@ -23,12 +23,16 @@ gj_install_deps() {
 
 # Configure and build out of tree in $1 (wiped first when $2 is "fresh").
 gj_build() {
-  local top build=$1
+  local top build
+  build=$(realpath -m "$1")
   top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   (cd "$top" && autoreconf -fi >/dev/null 2>&1) || { echo "error: autoreconf failed in $top" >&2; return 1; }
   [ "${2:-}" = fresh ] && rm -rf "$build"
   mkdir -p "$build"
-  cd "$build"
-  [ -f Makefile ] || "$top/configure" -q || { echo "error: configure failed (see $build/config.log)" >&2; return 1; }
-  make -s -j"$(nproc)" || { echo "error: build failed" >&2; return 1; }
+  # in a subshell: the caller's directory (and its relative paths) stay as they were
+  (
+    cd "$build" || exit 1
+    [ -f Makefile ] || "$top/configure" -q || { echo "error: configure failed (see $build/config.log)" >&2; exit 1; }
+    make -s -j"$(nproc)" || { echo "error: build failed" >&2; exit 1; }
+  )
 }

@@ -3,11 +3,13 @@
 #   scripts/launch.sh --hostfile hosts --ranks-per-node 8 --threads 6 --tp 8 -- train --data d.h5 ...
 # Options: --hostfile FILE (default: this machine only), --nodes N (default: lines of the
 # hostfile), --ranks-per-node M (default 1), --threads T (OMP/OpenBLAS threads per rank,
-# default 1), --tp N (passed to gptj), --gptj PATH (default: gptj on PATH or the build).
+# default 1), --tp N (passed to gptj when given), --gptj PATH (default: gptj on PATH or the build).
 set -euo pipefail
-hostfile='' nodes='' rpn=1 threads=1 tp=1 gptj=''
+hostfile='' nodes='' rpn=1 threads=1 tp='' gptj=''
 while [ $# -gt 0 ]; do
   case $1 in
+    --hostfile|--nodes|--ranks-per-node|--threads|--tp|--gptj)
+      [ $# -ge 2 ] || { echo "launch.sh: error: $1: missing value" >&2; exit 2; } ;;&
     --hostfile) hostfile=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --ranks-per-node) rpn=$2; shift 2 ;;
@@ -20,8 +22,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] || { echo "launch.sh: error: give the gptj command after --" >&2; exit 2; }
-for v in rpn threads tp; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "launch.sh: error: --${v/rpn/ranks-per-node} must be a positive integer" >&2; exit 2; }
+for v in rpn threads tp nodes; do
+  [ -z "${!v}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "launch.sh: error: --${v/rpn/ranks-per-node} must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 if [ -z "$gptj" ]; then
   gptj=$(command -v gptj || true)
@@ -31,20 +34,23 @@ fi
 [ -x "$gptj" ] || { echo "launch.sh: error: $gptj: not executable (build first, or --gptj PATH)" >&2; exit 2; }
 if [ -n "$hostfile" ]; then
   [ -r "$hostfile" ] || { echo "launch.sh: error: $hostfile: cannot read" >&2; exit 2; }
-  [ -n "$nodes" ] || nodes=$(grep -cv '^\s*\(#\|$\)' "$hostfile")
+  [ -n "$nodes" ] || nodes=$(grep -cv '^\s*\(#\|$\)' "$hostfile" || true)
+  [ "$nodes" -gt 0 ] || { echo "launch.sh: error: $hostfile: no host in it (only comments or blank lines)" >&2; exit 2; }
 fi
 nodes=${nodes:-1}
 np=$((nodes * rpn))
-(( np % tp == 0 )) || { echo "launch.sh: error: --tp $tp does not divide $np ranks" >&2; exit 2; }
-if (( rpn % tp != 0 && tp % rpn != 0 )); then
-  echo "launch.sh: warning: TP $tp spans nodes unevenly; keep TP within a node" >&2
-elif (( tp > rpn && nodes > 1 )); then
-  echo "launch.sh: warning: TP $tp spans $((tp / rpn)) nodes of $rpn ranks: its all-reduces cross the network; keep TP <= --ranks-per-node" >&2
+tpn=${tp:-1}
+(( np % tpn == 0 )) || { echo "launch.sh: error: --tp $tpn does not divide $np ranks" >&2; exit 2; }
+if (( rpn % tpn != 0 && tpn % rpn != 0 )); then
+  echo "launch.sh: warning: TP $tpn spans nodes unevenly; keep TP within a node" >&2
+elif (( tpn > rpn && nodes > 1 )); then
+  echo "launch.sh: warning: TP $tpn spans $((tpn / rpn)) nodes of $rpn ranks: its all-reduces cross the network; keep TP <= --ranks-per-node" >&2
 fi
 cmd=(mpirun -np "$np" --map-by "ppr:$rpn:node:PE=$threads" --bind-to core
      -x OMP_NUM_THREADS="$threads" -x OPENBLAS_NUM_THREADS="$threads")
 [ -n "$hostfile" ] && cmd+=(--hostfile "$hostfile")
 [ "$(id -u)" -eq 0 ] && cmd+=(--allow-run-as-root)
-cmd+=("$gptj" "$1" --tp "$tp" "${@:2}")
+# --tp only when given: tokenize, info and convert have none
+cmd+=("$gptj" "$1" ${tp:+--tp "$tp"} "${@:2}")
 echo "+ ${cmd[*]}"
 exec "${cmd[@]}"

@@ -8,8 +8,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/scripts/deps.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-build=${GJ_BUILD:-$top/_build/release}
-runs=${GJ_RUNS:-$top/runs}
+build=$(realpath -m "${GJ_BUILD:-$top/_build/release}")
+runs=$(realpath -m "${GJ_RUNS:-$top/runs}")
 seconds=${GJ_TRAIN_SECONDS:-240}
 gj_install_deps
 gj_build "$build"

@@ -137,6 +137,25 @@ START_TEST(test_fresh_start_and_rotation) {
 }
 END_TEST
 
+/* --max-time: the run stops with a checkpoint of the step it reached (latest names it) and exit
+ * 0, validations due on the way run (the first's time then counts in the look-ahead); resumed, it
+ * goes on from there. */
+START_TEST(test_max_time) {
+  char run[1300], log[1400];
+  snprintf(run, sizeof run, "%s/maxtime", OUT);
+  snprintf(log, sizeof log, "%s/maxtime.log", OUT);
+  sh("rm -rf %s", run);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --valid-data %s --eval-every 3 --eval-batches 0 --steps 1000000 "
+                        "--max-time 4 --run-dir %s", COMMON, DATA, DATA, run), 0);
+  ck_assert(grep(log, "^--max-time: stopped at step [0-9]* after a checkpoint$"));
+  ck_assert(grep(log, "val_loss\\|validation"));
+  ck_assert_int_eq(sh("n=$(sed -n 's/^--max-time: stopped at step \\([0-9]*\\) .*/\\1/p' %s) && "
+                      "test \"$(cat %s/latest)\" = \"$(printf 'ckpt-%%08d.h5' $n)\"", log, run), 0);
+  ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1000000 --max-time 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
+  ck_assert(grep(log, "resumed from"));
+}
+END_TEST
+
 /* A run that crashed after its last checkpoint logged steps it will train again: resumed, its
  * metrics.jsonl has every step once. */
 START_TEST(test_metrics_resume) {
@@ -374,5 +393,6 @@ int main(void) {
   TU_ADD(s, test_cgroup_trees, NULL, 900);
   TU_ADD(s, test_error_other_rank, NULL, 900);
   TU_ADD(s, test_start_checks, NULL, 900);
+  TU_ADD(s, test_max_time, NULL, 900);
   return tu_run(s);
 }

@@ -277,6 +277,9 @@ static int parse(train_ctx *x, int argc, char **argv) {
   x->c = mo.config;
   if (!o->data) return GJ_FAIL("--data: required (a token dataset from gptj tokenize)");
   o->seq_len_given = o->seq_len, o->decay_given = o->decay_steps;
+  if (o->overwrite && !strcmp(o->resume, "auto"))
+    gj_info("note: --overwrite does nothing with --resume auto: the run continues from its latest checkpoint "
+            "(start over with --resume none --overwrite)");
   if (o->decay_steps && o->decay_steps < o->warmup)
     return GJ_FAIL("--decay-steps %lld is below --warmup %lld: the cosine decay runs from the warmup's end to "
                    "--decay-steps", (long long)o->decay_steps, (long long)o->warmup);

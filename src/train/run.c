@@ -76,6 +76,7 @@ typedef struct {
   uint64_t *win;            /* [G] the global batch's windows */
   int64_t G, first, bad, tokens_at_last;
   double t_start, ema; /* wall clock at the start; the step time's moving average */
+  double eval_s, save_s; /* the last validation's and checkpoint's time (--max-time looks ahead) */
   double steps_time;   /* the summed time of the steps since the last log line */
   double peak, gemm_rate, gemm_flops, flops_tok;
 } loop_state;
@@ -224,18 +225,28 @@ static int loop_step(loop_state *s, int *stop) {
   if (s->bad >= o->max_bad)
     return GJ_FAIL("%lld skipped steps in a row (non-finite, or a huge gradient element) at step %lld: "
                    "stopping (the last checkpoint is kept)", (long long)s->bad, (long long)step);
-  if (r->valid && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps))
-    GJ_TRY(validate(r, step));
-  /* Stop requests: a signal on any rank, the wall-clock budget (rank 0's clock), a lost lock. */
+  int eval_due = r->valid && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps);
+  /* Stop requests: a signal on any rank, the wall-clock budget (rank 0's clock: the next step,
+   * a checkpoint and a validation due now, each as long as its last one), a lost lock. */
   int want[3] = {gj_stop_signal() != 0, 0, gj_rundir_lock_lost()};
-  if (g->rank == 0 && o->max_time > 0 && now - s->t_start + 2 * s->ema > o->max_time) want[1] = 1;
+  double ahead = 2 * s->ema + s->save_s + (eval_due ? s->eval_s : 0);
+  if (g->rank == 0 && o->max_time > 0 && now - s->t_start + ahead > o->max_time) want[1] = 1;
   GJ_TRY(gj_allreduce_max_int(g->world, want, 3));
   if (want[2])
     return GJ_FAIL("%s: another process has taken the run directory's lock: stopping at step %lld "
                    "without saving", o->run_dir, (long long)step);
+  /* a stop (a signal, or a budget without room for it) leaves a validation out, not the last step's */
+  if (eval_due && (!(want[0] || want[1]) || step == o->steps)) {
+    double t0v = gj_now();
+    GJ_TRY(validate(r, step));
+    s->eval_s = gj_now() - t0v;
+  }
   int last = step == o->steps || want[0] || want[1];
-  if (last || (o->save_every > 0 && step % o->save_every == 0))
+  if (last || (o->save_every > 0 && step % o->save_every == 0)) {
+    double t0s = gj_now();
     GJ_TRY(gj_run_save(r->tr->st, g, o, meta));
+    s->save_s = gj_now() - t0s;
+  }
   if ((want[0] || want[1]) && step < o->steps) {
     gj_info("%s: stopped at step %lld after a checkpoint", want[0] ? "signal" : "--max-time", (long long)step);
     *stop = 1;
