@@ -333,20 +333,31 @@ static int proc_state(long pid, unsigned long long *start) {
   return st;
 }
 
+/* This process's pid namespace ("pid:[4026531836]"), or "-". */
+static void pid_ns(char *out, size_t n) {
+  ssize_t k = readlink("/proc/self/ns/pid", out, n - 1);
+  out[k > 0 && !memchr(out, ' ', (size_t)k) ? k : 0] = 0;
+  if (!*out) snprintf(out, n, "-");
+}
+
 /* Whether the lock text describes a process of this host that no longer runs (1: gone, a
- * zombie, or its pid now another process's, by its start time), one that runs (0), or one of
- * another host (-1). */
+ * zombie, or its pid now another process's, by its start time), one that runs (0), one of
+ * another host (-1), or one whose pid means nothing here (-2: another pid namespace, as in a
+ * container, or not visible in /proc): only the lock's age tells. */
 static int holder_dead_here(const char *text) {
   long pid = 0;
   unsigned long long start = 0, now_start = 0;
-  char host[256] = "", me[256] = "";
+  char host[256] = "", me[256] = "", ns[64] = "", my_ns[64];
   const char *p = strstr(text, "pid "), *h = strstr(text, "host "), *t = strstr(text, " start ");
-  if (!p || !h || sscanf(p, "pid %ld", &pid) != 1 || sscanf(h, "host %255s", host) != 1) return 0;
+  const char *q = strstr(text, " pidns ");
+  if (!p || !h || sscanf(p, "pid %ld", &pid) != 1 || sscanf(h, "host %255s", host) != 1) return -2;
   gethostname(me, sizeof me - 1);
   if (strcmp(host, me) || pid <= 0) return -1;
+  pid_ns(my_ns, sizeof my_ns);
+  if (q && sscanf(q, " pidns %63s", ns) == 1 && strcmp(ns, my_ns)) return -2;
   if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
   int st = proc_state(pid, &now_start);
-  if (!st) return 0; /* alive but not visible in /proc (another pid namespace): trust it */
+  if (!st) return -2;
   if (st == 'Z' || st == 'X') return 1;
   return t && sscanf(t, " start %llu", &start) == 1 && start != now_start;
 }
@@ -428,9 +439,11 @@ static void lock_text(char *text, size_t n) {
            (unsigned long)(gj_now() * 1e6));
   unsigned long long start = 0;
   proc_state((long)getpid(), &start);
-  snprintf(text, n, "gptj train: pid %ld host %s job %s restart %ld cluster %s since %s start %llu token %s\n",
+  char ns[64];
+  pid_ns(ns, sizeof ns);
+  snprintf(text, n, "gptj train: pid %ld host %s job %s restart %ld cluster %s since %s start %llu pidns %s token %s\n",
            (long)getpid(), host, job && *job ? job : "-", restart ? atol(restart) : 0L,
-           cluster && *cluster && !strpbrk(cluster, " \n") ? cluster : "-", when, start, lk.token);
+           cluster && *cluster && !strpbrk(cluster, " \n") ? cluster : "-", when, start, ns, lk.token);
 }
 
 /* The lock was created (fd): write it, hold it, start the heartbeat. */
@@ -470,8 +483,11 @@ static int lock_held(const char *dir, char *held, size_t n) {
     if (!changed) dead = holder_dead_here(held);
   }
   if (changed) return 1; /* released or taken meanwhile: try again */
-  if (dead < 0) dead = slurm_holder_ended(held) ? 2 : 0;
-  if (!dead && age < lk.stale_s) {
+  /* a holder known to run on this host is never stale (stopped, suspended, slow to touch) */
+  int alive_here = dead == 0;
+  if (dead == -1) dead = slurm_holder_ended(held) ? 2 : 0;
+  if (dead < 0) dead = 0;
+  if (!dead && (alive_here || age < lk.stale_s)) {
     held[strcspn(held, "\n")] = 0;
     char *tok = strstr(held, " start ");
     if (tok) *tok = 0;
