@@ -151,8 +151,13 @@ START_TEST(test_max_time) {
   ck_assert(grep(log, "val_loss\\|validation"));
   ck_assert_int_eq(sh("n=$(sed -n 's/^--max-time: stopped at step \\([0-9]*\\) .*/\\1/p' %s) && "
                       "test \"$(cat %s/latest)\" = \"$(printf 'ckpt-%%08d.h5' $n)\"", log, run), 0);
+  /* temporaries of an interrupted run go at the start, a user's files of similar names stay */
+  sh("cd %s && touch ckpt-00000099.h5.tmp latest.tmp.123 lock.stale.77 ckpt-notes.tmp.txt latest.tmpl lock.stale.x", run);
   ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1000000 --max-time 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
   ck_assert(grep(log, "resumed from"));
+  ck_assert(grep(log, "removed 3 temporary file(s) of an interrupted run"));
+  ck_assert_int_eq(sh("cd %s && ! ls ckpt-00000099.h5.tmp latest.tmp.123 lock.stale.77 2>/dev/null && "
+                      "ls ckpt-notes.tmp.txt latest.tmpl lock.stale.x >/dev/null", run), 0);
 }
 END_TEST
 

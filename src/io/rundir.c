@@ -246,18 +246,31 @@ int gj_rundir_trim_metrics(const char *path, int64_t step) {
   return rc;
 }
 
+/* Whether name is one of the temporaries gptj writes in a run directory, exactly:
+ * ckpt-<digits>.h5.tmp, and latest, config.conf and metrics.jsonl's .tmp.<pid>, lock.stale.<pid>
+ * (a user's file such as ckpt-notes.tmp.txt is not). */
+static int our_tmp(const char *name) {
+  static const char *const pre[] = {"latest.tmp.", "config.conf.tmp.", "metrics.jsonl.tmp.", "lock.stale."};
+  const char *p = NULL;
+  if (!strncmp(name, "ckpt-", 5)) {
+    for (p = name + 5; *p >= '0' && *p <= '9'; p++) {}
+    return p > name + 5 && !strcmp(p, ".h5.tmp");
+  }
+  for (size_t i = 0; i < sizeof pre / sizeof pre[0] && !p; i++)
+    if (!strncmp(name, pre[i], strlen(pre[i]))) p = name + strlen(pre[i]);
+  if (!p || !*p) return 0;
+  for (; *p >= '0' && *p <= '9'; p++) {}
+  return !*p;
+}
+
 int gj_rundir_clean_tmp(const char *dir, int *removed) {
   *removed = 0;
   DIR *d = opendir(dir);
   if (!d) return GJ_FAIL("%s: %s", dir, strerror(errno));
-  const char *ours[] = {"ckpt-", "latest.tmp", "config.conf.tmp.", "metrics.jsonl.tmp.", "lock.stale."};
   struct dirent *e;
   int rc = 0;
   while ((e = readdir(d)) && !rc) {
-    int match = 0;
-    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
-      match |= !strncmp(e->d_name, ours[i], strlen(ours[i]));
-    if (!match || (!strstr(e->d_name, ".tmp") && strncmp(e->d_name, "lock.stale.", 11))) continue;
+    if (!our_tmp(e->d_name)) continue;
     char p[GJ_PATH_BUF];
     rc = gj_path_join(p, sizeof p, dir, e->d_name);
     if (!rc && unlink(p) == 0) ++*removed;
