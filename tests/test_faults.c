@@ -91,6 +91,21 @@ START_TEST(test_lock) {
           "GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
           "kill -USR1 $p; wait $p; [ $e -eq 1 ]", B_, COMMON, DATA, run, log, log, B_, COMMON, DATA, run, log2);
   ck_assert_msg(rc == 0, "a live holder's lock expired");
+  /* the holder creates its lock again when it is removed under it, and stops without saving
+   * when another holder's text is in it */
+  sh("rm -rf %s", run);
+  rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s >%s 2>&1 & p=$!; echo $p > %s.pid; "
+          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; "
+          "rm %s/lock; for i in $(seq 100); do grep -q 'taken again' %s && break; sleep 0.05; done; "
+          "grep -q \"pid $p host\" %s/lock || { kill $p; exit 9; }; "
+          "printf 'gptj train: pid 1 host elsewhere job - since 2026-01-01T00:00:00Z token y\\n' > %s/lock.new; "
+          "mv %s/lock.new %s/lock; wait $p",
+          B_, COMMON, DATA, run, log, run, log, run, log, run, run, run, run);
+  ck_assert_msg(rc == 1, "a trainer whose lock was taken did not stop with exit 1 (%d)", rc);
+  ck_assert(grep(log, "the lock was removed while this run held it: taken again"));
+  ck_assert(grep(log, "another process has taken the run directory.s lock: stopping at step [0-9]* without saving"));
+  ck_assert(sh("grep -q 'host elsewhere' %s/lock && ! ls %s/ckpt-* >/dev/null 2>&1", run, run) == 0);
+  sh("rm -f %s/lock", run);
 }
 END_TEST
 

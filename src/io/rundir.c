@@ -307,6 +307,7 @@ int gj_rundir_check(const char *dir) {
 static struct {
   char path[GJ_PATH_BUF];
   char token[64];
+  char text[1024];
   int held;
   volatile int stop, lost;
   double stale_s;
@@ -417,20 +418,63 @@ static int slurm_holder_ended(const char *text) {
   return !slurm_state_live(out);
 }
 
+/* One look at the lock: 0 ours (and touched now), 1 another holder's text, 2 absent, 3 could
+ * not be read or touched (an I/O error, a stale NFS handle, no file descriptors left). */
+static int lock_look(int *err) {
+  char text[1024];
+  int fd = open(lk.path, O_RDONLY);
+  if (fd < 0) return *err = errno, errno == ENOENT ? 2 : 3;
+  ssize_t r = read(fd, text, sizeof text - 1);
+  *err = errno;
+  close(fd);
+  if (r < 0) return 3;
+  text[r] = 0;
+  if (!strstr(text, lk.token)) return 1;
+  if (utimensat(AT_FDCWD, lk.path, NULL, 0)) return *err = errno, 3;
+  return 0;
+}
+
+/* The holder's thread: touches the lock every stale_s / 5. The lock is lost when another
+ * holder's text is in it. When it is gone (removed by hand, or moved aside for a moment by
+ * a process judging it), it is created again with O_EXCL: whoever else creates it first has
+ * it. A failure to read or touch it is let pass until no touch has succeeded for stale_s / 2,
+ * before anyone may judge it stale. */
 static void *heartbeat(void *arg) {
   (void)arg;
-  double every = GJ_MAX(lk.stale_s / 5, 0.05), next = gj_now() + every;
+  double every = GJ_MAX(lk.stale_s / 5, 0.05), next = gj_now() + every, ok_at = gj_now();
+  int warned = 0, err = 0;
   while (!lk.stop) {
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
     if (gj_now() < next) continue;
     next = gj_now() + every;
-    char text[1024];
-    if (read_text(lk.path, text, sizeof text) || !strstr(text, lk.token)) {
+    int st = lock_look(&err);
+    for (int i = 0; i < 5 && st == 2; i++) { /* moved aside and put back by another process? */
+      nanosleep(&ts, NULL);
+      st = lock_look(&err);
+    }
+    if (st == 2) {
+      int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+      if (fd < 0) st = errno == EEXIST ? lock_look(&err) : (err = errno, 3);
+      else {
+        size_t len = strlen(lk.text);
+        int bad = write(fd, lk.text, len) != (ssize_t)len;
+        err = errno;
+        bad |= close(fd) != 0;
+        st = bad ? 3 : 0;
+        if (!bad) gj_warn("%s: the lock was removed while this run held it: taken again", lk.path);
+      }
+    }
+    if (st == 1) {
       lk.lost = 1;
       break;
     }
-    utimensat(AT_FDCWD, lk.path, NULL, 0);
+    if (st == 0) ok_at = gj_now(), warned = 0;
+    else if (!warned) gj_warn("%s: cannot refresh the lock (%s): retrying", lk.path, strerror(err)), warned = 1;
+    if (st == 3 && gj_now() - ok_at > lk.stale_s / 2) {
+      lk.lost = 2;
+      break;
+    }
   }
   return NULL;
 }
@@ -467,6 +511,7 @@ static int lock_taken(int fd, const char *text) {
   bad |= close(fd) != 0;
   if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
   lk.held = 1, lk.stop = 0, lk.lost = 0;
+  snprintf(lk.text, sizeof lk.text, "%s", text);
   gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
   static int registered;
   if (!registered) atexit(release_at_exit), registered = 1;
@@ -555,4 +600,4 @@ void gj_rundir_unlock(void) {
   lk.held = 0;
 }
 
-int gj_rundir_lock_lost(void) { return lk.held && lk.lost; }
+int gj_rundir_lock_lost(void) { return lk.held ? lk.lost : 0; }

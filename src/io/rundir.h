@@ -7,7 +7,8 @@
  * holder touches it every GJ_LOCK_STALE_S / 5 seconds. A lock is stale, and is taken over
  * with a warning, when its holder is a dead process on this host, or when it has not been
  * touched for GJ_LOCK_STALE_S seconds (default 300; a holder on another host that crashed).
- * It is removed when the holder exits, also after an error or a second interrupt. */
+ * A lock removed under its holder is created again by it; a holder that finds another's text
+ * in it, or cannot refresh it for GJ_LOCK_STALE_S / 2, stops without saving. It is removed when the holder exits, also after an error or a second interrupt. */
 #ifndef GJ_IO_RUNDIR_H
 #define GJ_IO_RUNDIR_H
 
@@ -55,7 +56,8 @@ int gj_rundir_clean_tmp(const char *dir, int *removed);
 /* Take dir's lock for this process (refused with the holder named), and release it. */
 int gj_rundir_lock(const char *dir);
 void gj_rundir_unlock(void);
-/* Whether another process has taken the lock since (the heartbeat found another holder). */
+/* 0 while this process holds the lock (or holds none); 1 when another process has taken it;
+ * 2 when it could not be read or touched for GJ_LOCK_STALE_S / 2 (anyone may take it soon). */
 int gj_rundir_lock_lost(void);
 
 #endif

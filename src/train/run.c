@@ -233,8 +233,11 @@ static int loop_step(loop_state *s, int *stop) {
   if (g->rank == 0 && o->max_time > 0 && now - s->t_start + ahead > o->max_time) want[1] = 1;
   GJ_TRY(gj_allreduce_max_int(g->world, want, 3));
   if (want[2])
-    return GJ_FAIL("%s: another process has taken the run directory's lock: stopping at step %lld "
-                   "without saving", o->run_dir, (long long)step);
+    return GJ_FAIL("%s: %s: stopping at step %lld without saving", o->run_dir,
+                   want[2] == 1 ? "another process has taken the run directory's lock"
+                                : "the run directory's lock could not be refreshed for GJ_LOCK_STALE_S / 2 (another "
+                                  "process may take it)",
+                   (long long)step);
   /* a stop (a signal, or a budget without room for it) leaves a validation out, not the last step's */
   if (eval_due && (!(want[0] || want[1]) || step == o->steps)) {
     double t0v = gj_now();
