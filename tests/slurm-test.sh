@@ -2,7 +2,7 @@
 # Slurm test on a real one-node cluster (../shared/tools/local-slurm): the batch scripts run a
 # training job to completion; USR1 to the batch shell makes the job checkpoint, exit cleanly
 # and requeue itself, and the requeued run resumes with the same loss trajectory as an
-# uninterrupted run; eval.sbatch prints the perplexity. Skips (with a message, exit 0) only
+# uninterrupted run; a job stopped before its first step twice is not requeued again; eval.sbatch prints the perplexity. Skips (with a message, exit 0) only
 # where Slurm cannot start. Usage: tests/slurm-test.sh BUILD_DIR
 set -uo pipefail
 build=$(cd "${1:?usage: slurm-test.sh BUILD_DIR}" && pwd)
@@ -78,6 +78,27 @@ if [ "$(losses "$work/run2/metrics.jsonl")" = "$(losses "$work/ref/metrics.jsonl
   ok "the interrupted and requeued run has the uninterrupted run's 150 losses exactly"
 else
   bad "loss trajectories differ:"; diff <(losses "$work/run2/metrics.jsonl") <(losses "$work/ref/metrics.jsonl") | head
+fi
+
+# 2b. a trainer stopped by USR1 before its first step every time (a start-up longer than the
+# job's time before USR1): requeued once, then the job fails saying why instead of requeueing
+# for ever. The stand-in exits 0 at USR1 as gptj does when stopped during its start-up.
+cat > "$work/stall.sh" <<'STUB'
+#!/bin/bash
+trap 'echo "stand-in: stopped before the first step"; exit 0' USR1
+[ "${SLURM_PROCID:-0}" = 0 ] && scancel --signal=USR1 --batch "$SLURM_JOB_ID"
+for i in $(seq 600); do sleep 0.1; done
+exit 1
+STUB
+chmod +x "$work/stall.sh"
+jid=$(cd "$work" && GPTJ=$work/stall.sh RUN_DIR=$work/run3 TRAIN_ARGS="$common --steps 20" sbatch --parsable --ntasks-per-node=2 "$top/scripts/slurm/train.sbatch")
+s=$(wait_done "$jid" 300 1)
+out=$work/gptj-train-$jid.out
+if [ "$s" = FAILED ] && [ "$(restarts "$jid")" -eq 1 ] && grep -q "requeueing job $jid once more" "$out" &&
+   grep -q "stopped before its first step in 2 runs in a row" "$out" && [ ! -e "$work/run3/.requeue-stalls" ]; then
+  ok "a job stopped twice before its first step was requeued once, then failed saying why"
+else
+  bad "stalled job $jid: state $s, restarts $(restarts "$jid")"; tail -n 20 "$out"
 fi
 
 # 3. eval.sbatch prints the perplexity of the checkpoint
