@@ -123,6 +123,11 @@ START_TEST(test_validation) {
   gj_config_set(&c, "rotary_dim", "32");
   ck_assert_int_eq(gj_config_validate(&c), -1);
   ck_assert_ptr_nonnull(strstr(gj_errmsg(), "larger than the head dimension 16"));
+  gj_config_preset(&c, "tiny"); /* 0: no rotary embedding (as transformers' GPTJ computes it) */
+  ck_assert_int_eq(gj_config_set(&c, "rotary_dim", "0"), 0);
+  ck_assert_int_eq(gj_config_validate(&c), 0);
+  ck_assert_int_eq(gj_config_set(&c, "rotary_dim", "-2"), -1);
+  ck_assert_ptr_nonnull(strstr(gj_errmsg(), "rotary_dim: expected a non-negative integer"));
   ck_assert_int_eq(gj_config_set(&c, "n_layer", "-2"), -1);
   ck_assert_ptr_nonnull(strstr(gj_errmsg(), "n_layer"));
   ck_assert_int_eq(gj_config_set(&c, "n_embd", "12x"), -1);

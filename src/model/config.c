@@ -38,8 +38,9 @@ int gj_config_set(gj_config *c, const char *key, const char *value) {
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
     if (strcmp(key, ints[i].key)) continue;
     int64_t v;
-    if (gj_parse_i64(value, &v) || v <= 0 || v > ((int64_t)1 << 31))
-      return GJ_FAIL("%s: expected a positive integer, got '%s'", key, value);
+    int zero_ok = ints[i].dst == &c->rotary_dim; /* 0: no rotary embedding at all */
+    if (gj_parse_i64(value, &v) || v < !zero_ok || v > ((int64_t)1 << 31))
+      return GJ_FAIL("%s: expected a %s integer, got '%s'", key, zero_ok ? "non-negative" : "positive", value);
     *ints[i].dst = v;
     return 0;
   }
