@@ -205,6 +205,18 @@ static int validate(gj_run *r, int64_t step) {
   return 0;
 }
 
+/* The time of a validation for --max-time: the last one's; before the first, the step time
+ * scaled by the tokens it scores over a step's (a forward is about a third of a step's
+ * FLOPs; half is taken, for the margin). */
+static double eval_guess(const loop_state *s) {
+  if (s->eval_s > 0) return s->eval_s;
+  const gj_run *r = s->r;
+  double tokens = (double)r->valid->n_tokens, step_tokens = (double)s->G * r->T;
+  if (r->o.eval_batches > 0)
+    tokens = GJ_MIN(tokens, (double)r->o.eval_batches * r->B * r->tr->g->dp_size * r->T);
+  return s->ema * tokens / step_tokens / 2;
+}
+
 /* One step of the loop: the batch, the update, the bookkeeping; *stop = 1 ends the loop
  * after a clean stop (signal, --max-time: a checkpoint was saved). */
 static int loop_step(loop_state *s, int *stop) {
@@ -249,7 +261,7 @@ static int loop_step(loop_state *s, int *stop) {
   /* Stop requests: a signal on any rank, the wall-clock budget (rank 0's clock: the next step,
    * a checkpoint and a validation due now, each as long as its last one), a lost lock. */
   int want[3] = {gj_stop_signal() != 0, 0, gj_rundir_lock_lost()};
-  double ahead = 2 * s->ema + s->save_s + (eval_due ? s->eval_s : 0);
+  double ahead = 2 * s->ema + s->save_s + (eval_due ? eval_guess(s) : 0);
   if (g->rank == 0 && o->max_time > 0 && now - s->t_start + ahead > o->max_time) want[1] = 1;
   GJ_TRY(gj_allreduce_max_int(g->world, want, 3));
   if (want[2])
