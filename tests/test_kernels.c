@@ -12,6 +12,7 @@
 #include "model/attention.h"
 #include "model/crossentropy.h"
 #include "model/embedding.h"
+#include "model/fastmath.h"
 #include "model/gemm.h"
 #include "model/gelu.h"
 #include "model/layernorm.h"
@@ -1030,6 +1031,23 @@ END_TEST
  * first column block (the block max passes over a NaN unless it is the last of its lane, and a
  * NaN max had left the first block out: a finite loss), in a later block, and in a first block
  * that is otherwise all -inf. */
+/* gj_expf against libm's expf: relative error of a few ulp over [-87, 88], 0 below its range,
+ * infinity above (no undefined shift for any argument, NaN stays NaN) */
+START_TEST(test_expf) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    double e = expf(x), rel = fabs(gj_expf(x) - e) / e;
+    worst = rel > worst ? rel : worst;
+  }
+  ck_assert_msg(worst < 1e-6, "gj_expf's relative error %g", worst);
+  const float big[] = {88.8f, 100.0f, 1e6f, 3e9f, 1e30f, INFINITY};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+    ck_assert_msg(isinf(gj_expf(big[i])) && gj_expf(big[i]) > 0, "gj_expf(%g) = %g", big[i], gj_expf(big[i]));
+  ck_assert(gj_expf(-100.0f) < 1e-37f && gj_expf(-INFINITY) >= 0 && gj_expf(-INFINITY) < 1e-37f);
+  ck_assert(isnan(gj_expf(NAN)));
+}
+END_TEST
+
 START_TEST(test_crossentropy_nan) {
   const int64_t Vl = 1100, cols[] = {0, 1, 15, 17, 500, 510, 511, 512, 1023, 1099};
   const int64_t N = (int64_t)(sizeof cols / sizeof cols[0]) + 1;
@@ -1084,6 +1102,7 @@ int main(void) {
   tcase_add_test(tc, test_crossentropy);
   tcase_add_test(tc, test_crossentropy_zloss);
   tcase_add_test(tc, test_crossentropy_blocks);
+  tcase_add_test(tc, test_expf);
   tcase_add_test(tc, test_crossentropy_nan);
   tcase_add_test(tc, test_attention_onednn);
   tcase_add_test(tc, test_attention_bf16);
