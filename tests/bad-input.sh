@@ -155,6 +155,7 @@ ckpt("s_embd.h5", attrs=dict(n_embd=I64(1 << 33)), tensors=False)
 ckpt("s_layer.h5", attrs=dict(n_layer=I64((1 << 32) + 1)), tensors=False)
 ckpt("s_inner.h5", attrs=dict(n_inner=I64(1 << 61)), tensors=False)
 ckpt("s_params.h5", attrs=dict(vocab_size=I64(1 << 24), n_embd=I64(1 << 16), n_head=I64(64), rotary_dim=I64(64)), tensors=False)
+ckpt("s_rot0.h5", attrs=dict(rotary_dim=I64(0)))  # no rotary embedding: gptj runs it, transformers cannot
 ckpt("s_u64.h5", attrs=dict(n_embd=U64((1 << 63) + 16)), tensors=False)
 ckpt("s_frac.h5", attrs=dict(n_layer=F64(1.5)))
 ckpt("s_fpos.h5", attrs=dict(n_positions=F64(32.75)))
@@ -304,6 +305,8 @@ rows=(
 "0|--checkpoint is an option of --to-hf, not of --from-hf|convert --from-hf $w/rhf --out $w/x.h5 --checkpoint $ck"
 "0|--out is an option of --from-hf|convert --to-hf $w/hfo4 --checkpoint $ck --out $w/x.h5"
 "0|--out $w/rhf: holds a sharded model (model.safetensors.index.json)|random-hf --preset tiny --out $w/rhf"
+"0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"
+"0|random-hf: the model has rotary_dim 0|random-hf --preset tiny --rotary_dim 0 --out $w/rh0"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
 "0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"
 "0|rotary_dim 32 is larger than the head dimension 16|train --data $w/ok.h5 --config $w/rot.conf"

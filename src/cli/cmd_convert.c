@@ -84,6 +84,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   GJ_TRY(gj_outfile_check_input(ckpt, "--checkpoint", GJ_IN_SEEK));
   gj_config c;
   GJ_TRY(gj_ckpt_read_config(ckpt, &c));
+  GJ_TRY(gj_hf_config_writable(&c, "--to-hf"));
   GJ_TRY(to_hf_plan(ckpt, dir, st_path, cfg_path));
   /* from here on, one way out: everything below is freed at the end */
   gj_layout l;

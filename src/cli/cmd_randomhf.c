@@ -115,6 +115,7 @@ static int run(rhf *x) {
   if (!strcmp(x->dtype, "bfloat16")) x->dt = GJ_ST_BF16;
   else if (!strcmp(x->dtype, "float32")) x->dt = GJ_ST_F32;
   else return GJ_FAIL("--dtype %s: expected bfloat16 or float32", x->dtype);
+  GJ_TRY(gj_hf_config_writable(&x->c, "random-hf"));
   if (mkdir(x->out, 0755) && errno != EEXIST) return GJ_FAIL("--out %s: %s", x->out, strerror(errno));
   struct stat st;
   if (stat(x->out, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("--out %s: not a directory", x->out);

@@ -242,6 +242,13 @@ static json_t *config_json(const gj_config *c, gj_st_dtype dt) {
   return j;
 }
 
+int gj_hf_config_writable(const gj_config *c, const char *what) {
+  if (c->rotary_dim == 0)
+    return GJ_FAIL("%s: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot "
+                   "run (it reads 0 as a table of n_embd and fails); keep it in gptj's format", what);
+  return 0;
+}
+
 int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype) {
   json_t *j = config_json(c, dtype);
   int bad = !j || json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);

@@ -39,6 +39,10 @@ int gj_hf_read(gj_hf *h, const gj_tensor *t, float *out);
 /* Rows [r0, r0 + nr) of that slice (nr x t->lcols floats). */
 int gj_hf_read_rows(gj_hf *h, const gj_tensor *t, int64_t r0, int64_t nr, float *out);
 
+/* Whether transformers' GPT-J can run c: rotary_dim 0 (no rotary embedding, which gptj runs)
+ * it cannot (it sizes its sin/cos table by n_embd when rotary_dim is 0 and fails on the empty
+ * slice); what names the command's option in the error. */
+int gj_hf_config_writable(const gj_config *c, const char *what);
 /* config.json of Hugging Face's GPTJConfig for c (torch_dtype from dtype) written to path. */
 int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype);
 /* model.safetensors.index.json: tensor names[i] in file files[i] (a base name), total_size the
