@@ -58,6 +58,41 @@ END_TEST
 START_TEST(test_white_space) { check_jsonl("tokenizer-ws-divergence.jsonl", "ids_unicode_white_space"); }
 END_TEST
 
+/* The pattern runs on windows of the text (256 bytes, doubled while a match ends near the
+ * window's end): the ids are those of one match on the whole rest (a window larger than the
+ * text), with windows of 17, 64 and 256 bytes, on runs of every class of the pattern (letters,
+ * digits, punctuation, white space of 1-3 bytes, invalid bytes) of 1-300 bytes, each followed by
+ * each kind of character, so that every class meets a window's end at every offset. */
+START_TEST(test_window_offsets) {
+  static const char *unit[] = {"a", "\xc3\xa9", "\xe4\xb8\xad", "1", "!", " ", "\xe3\x80\x80", "\t", "\n",
+                               "\xc2\xa0", "\xf0\x9f\x98\x80", "\xff", "'s"};
+  static const char *next[] = {"", "x", " ", "\xe3\x80\x80", "\xc3\xa9", "\xff", "\n", "7", "?", " y"};
+  const size_t nu = sizeof unit / sizeof unit[0], nn = sizeof next / sizeof next[0], wins[] = {17, 64, 256};
+  char *buf = malloc(4096);
+  for (size_t u = 0; u < nu; u++)
+    for (size_t x = 0; x < nn; x++)
+      for (size_t len = 1; len <= 300; len += (len < 280 && len > 20 ? 7 : 1)) {
+        size_t n = 0;
+        while (n < len) n += (size_t)sprintf(buf + n, "%s", unit[u]);
+        n += (size_t)sprintf(buf + n, "%s tail", next[x]);
+        gj_ids whole = {0};
+        gj_tokenizer_set_window(tok, 1 << 20);
+        ck_assert_int_eq(gj_tokenizer_encode(tok, buf, n, &whole), 0);
+        for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++) {
+          gj_ids got = {0};
+          gj_tokenizer_set_window(tok, wins[w]);
+          ck_assert_int_eq(gj_tokenizer_encode(tok, buf, n, &got), 0);
+          ck_assert_msg(got.n == whole.n && !memcmp(got.v, whole.v, got.n * sizeof(int32_t)),
+                        "run of %zu bytes of unit %zu then %zu: window %zu gives other ids", len, u, x, wins[w]);
+          free(got.v);
+        }
+        free(whole.v);
+      }
+  gj_tokenizer_set_window(tok, 0);
+  free(buf);
+}
+END_TEST
+
 START_TEST(test_endoftext_is_text) {
   gj_ids got = {0};
   const char *s = "<|endoftext|>";
@@ -424,6 +459,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_golden_cases);
   tcase_add_test(tc, test_white_space);
+  tcase_add_test(tc, test_window_offsets);
   tcase_add_test(tc, test_endoftext_is_text);
   tcase_add_test(tc, test_any_bytes_round_trip);
   tcase_add_test(tc, test_decode_bad_id);

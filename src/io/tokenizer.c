@@ -91,6 +91,8 @@ static bentry *bmap_put(bmap *m, const char *s, size_t n, uint64_t h, int32_t a,
   return e;
 }
 
+#define WIN_FIRST 256 /* bytes: the first window of gj_tokenizer_encode's matching */
+
 /* ---- a hash map from id pairs to (rank, merged id) ---- */
 typedef struct {
   uint64_t key; /* (a << 32 | b) + 1; 0 = empty */
@@ -112,6 +114,7 @@ struct gj_tokenizer {
   int32_t *sym, *prev, *next;
   struct heap_item { int32_t rank, pos; } *heap;
   size_t work_cap;
+  size_t win_first; /* the first window of the pattern's matching (WIN_FIRST) */
 };
 
 static const pentry *pair_find(const gj_tokenizer *t, int32_t a, int32_t b) {
@@ -305,6 +308,7 @@ int gj_tokenizer_load(gj_tokenizer **out, const char *dir) {
     return GJ_FAIL("%s: tokenizer directory not found (it holds encoder.json and vocab.bpe)", dir);
   gj_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return GJ_FAIL("out of memory");
+  t->win_first = WIN_FIRST;
   int cp[256], inv[512];
   byte_unicode_table(cp);
   for (int i = 0; i < 512; i++) inv[i] = -1;
@@ -481,20 +485,39 @@ static int encode_piece(gj_tokenizer *t, const char *s, size_t n, gj_ids *out) {
   return 0;
 }
 
+/* The pattern runs on a window of the text from pos, not on the whole rest: PCRE2's
+ * interpreter (used when its JIT cannot run, as on hosts that refuse writable executable
+ * memory) checks the UTF-8 of the whole subject on every call, which made encoding quadratic
+ * in a document's length. A match depends on the bytes up to its end, the character after it
+ * and, for a run of white space that gives back its last character, one more (at most 8 bytes
+ * past its end); the leftmost start is where the first complete valid character is. So a
+ * result whose end is more than WIN_MARGIN bytes before the window's end (or a window that
+ * reaches the text's end) is the whole text's; otherwise the window doubles and the match runs
+ * again (a long word costs twice its length). */
+#define WIN_MARGIN 16
+void gj_tokenizer_set_window(gj_tokenizer *t, size_t bytes) { t->win_first = bytes > 0 ? bytes : WIN_FIRST; }
+
 int gj_tokenizer_encode(gj_tokenizer *t, const char *text, size_t n, gj_ids *out) {
-  size_t pos = 0;
+  size_t pos = 0, win = t->win_first;
   while (pos < n) {
-    int rc = pcre2_match(t->re, (PCRE2_SPTR)text, n, pos, 0, t->md, NULL);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
+    size_t len = n - pos < win ? n - pos : win;
+    int whole = len == n - pos;
+    int rc = pcre2_match(t->re, (PCRE2_SPTR)(text + pos), len, 0, 0, t->md, NULL);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
       return GJ_FAIL("tokenizer: %s at byte %zu", (char *)msg, pos);
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
-    if (ov[0] > pos) GJ_TRY(encode_piece(t, text + pos, ov[0] - pos, out)); /* invalid UTF-8 */
-    GJ_TRY(encode_piece(t, text + ov[0], ov[1] - ov[0], out));
-    pos = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
+    if (!whole && (rc == PCRE2_ERROR_NOMATCH || ov[1] + WIN_MARGIN > len)) {
+      win *= 2;
+      continue;
+    }
+    win = t->win_first;
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (ov[0] > 0) GJ_TRY(encode_piece(t, text + pos, ov[0], out)); /* invalid UTF-8 */
+    GJ_TRY(encode_piece(t, text + pos + ov[0], ov[1] - ov[0], out));
+    pos += ov[1] > ov[0] ? ov[1] : ov[0] + 1;
   }
   if (pos < n) GJ_TRY(encode_piece(t, text + pos, n - pos, out));
   return 0;

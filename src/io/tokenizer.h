@@ -31,6 +31,10 @@ void gj_tokenizer_free(gj_tokenizer *t);
 int32_t gj_tokenizer_vocab_size(const gj_tokenizer *t);
 /* Append the ids of n bytes of text to out. */
 int gj_tokenizer_encode(gj_tokenizer *t, const char *text, size_t n, gj_ids *out);
+/* The first window, in bytes, of the pattern's matching (0: the default, 256). The result
+ * does not depend on it; tests set it small, or larger than the text (one match on the whole
+ * rest, PCRE2's own semantics), to check that. */
+void gj_tokenizer_set_window(gj_tokenizer *t, size_t bytes);
 /* Append the bytes of ids to out; an id outside the vocabulary is an error. */
 int gj_tokenizer_decode(const gj_tokenizer *t, const int32_t *ids, size_t n, gj_bytes *out);
 
