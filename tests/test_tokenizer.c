@@ -2,7 +2,8 @@
  * whitespace-divergence cases follow Unicode White_Space; any byte string round-trips; the
  * Brown splits have the token counts of ../shared/data/README.md. gptj tokenize: the same
  * bytes out over 1-4 ranks, byte-range parts and encodings (plain, gzip, zstd; text and
- * JSONL), and a peak RSS under its stated bound on an input several times larger. */
+ * JSONL), and a peak RSS under its stated bound on an input several times larger and on one of
+ * 400,000 distinct pieces. */
 #include <check.h>
 #include <hdf5.h>
 #include <jansson.h>
@@ -442,6 +443,28 @@ START_TEST(test_tokenize_memory_bound) {
   ck_assert_msg(kb < bound_kb, "peak RSS %ld kB, over the stated bound of %.0f kB (input %.0f kB of text)", kb, bound_kb, text_kb);
 #endif
   tu_sh("rm -f %s/big.h5 %s/big.txt.zst", d, d);
+  /* 400,000 distinct pieces of 64 bytes that are not UTF-8 (one id a byte), in documents of
+   * 1,000: the BPE cache must not grow past the bound (it held 197 MB of them) */
+  snprintf(p, sizeof p, "%s/distinct.txt", d);
+  FILE *f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  static const unsigned char bad[] = {0xc0, 0xc1, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff};
+  for (int i = 0; i < 400000; i++) {
+    unsigned char piece[66];
+    for (int j = 0; j < 64; j++) piece[j] = bad[(int)((tu_rand() + 1) * 0.5 * sizeof bad) % (int)sizeof bad];
+    int m = (i + 1) % 1000 ? (piece[64] = 'a', 65) : (piece[64] = piece[65] = '\n', 66);
+    ck_assert_int_eq(fwrite(piece, 1, (size_t)m, f), (size_t)m);
+  }
+  ck_assert_int_eq(fclose(f), 0);
+  snprintf(cmd, sizeof cmd, "exec %s/gptj tokenize --max-doc-mb 1 --out %s/distinct.h5 %s >%s/distinct.log 2>&1", B_, d, p, d);
+  kb = peak_rss_kb(cmd, &st);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tokenize failed: see %s/distinct.log", d);
+  snprintf(p, sizeof p, "%s/distinct.h5", d);
+  ck_assert_int_eq(attr_i64(p, "n_docs"), 400);
+#ifndef __SANITIZE_ADDRESS__
+  ck_assert_msg(kb < bound_kb, "peak RSS %ld kB on distinct pieces, over the stated bound of %.0f kB", kb, bound_kb);
+#endif
+  tu_sh("rm -f %s/distinct.h5 %s/distinct.txt", d, d);
 }
 END_TEST
 

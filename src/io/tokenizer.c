@@ -464,8 +464,14 @@ static int bpe_piece(gj_tokenizer *t, const unsigned char *s, size_t n, gj_ids *
   return 0;
 }
 
+/* The cache of pieces' ids: pieces of up to 64 bytes, emptied when it holds 2^17 of them or
+ * 4 MB of their bytes and ids: its table (2^18 entries of 24 bytes) and its two growing
+ * arrays (at most twice what they hold) stay under 24 MB, within tokenize's memory bound
+ * whatever the text (a hostile one of 64-byte pieces of single-byte ids took 427 MB with
+ * 2^20 pieces). English text has fewer distinct pieces than that (Brown: about 60,000). */
 #define CACHE_MAX_PIECE 64
-#define CACHE_MAX_ENTRIES (1u << 20)
+#define CACHE_MAX_ENTRIES (1u << 17)
+#define CACHE_MAX_BYTES ((size_t)4 << 20)
 
 static int encode_piece(gj_tokenizer *t, const char *s, size_t n, gj_ids *out) {
   if (n == 0) return 0;
@@ -478,7 +484,8 @@ static int encode_piece(gj_tokenizer *t, const char *s, size_t n, gj_ids *out) {
   }
   size_t before = out->n;
   GJ_TRY(bpe_piece(t, (const unsigned char *)s, n, out));
-  if (t->cache.n >= CACHE_MAX_ENTRIES) bmap_clear(&t->cache), t->cache_ids.n = 0;
+  if (t->cache.n >= CACHE_MAX_ENTRIES || t->cache.pool_n + 4 * t->cache_ids.n >= CACHE_MAX_BYTES)
+    bmap_clear(&t->cache), t->cache_ids.n = 0;
   int32_t off = (int32_t)t->cache_ids.n;
   for (size_t k = before; k < out->n; k++) GJ_TRY(gj_ids_push(&t->cache_ids, out->v[k]));
   if (!bmap_put(&t->cache, s, n, h, off, (int32_t)(out->n - before))) return GJ_FAIL("out of memory");
