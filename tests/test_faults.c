@@ -279,7 +279,7 @@ END_TEST
  * cgroup below this process's own, 100 MiB: train, eval and generate are refused before they
  * allocate, naming the limit (eval and generate hold the weights only: a model of 169 MB of
  * weights); generate of the tiny model (26 MB of weights, no gradients or moments) runs
- * within it. */
+ * within it; encode refuses a 5 MB word, whose BPE workspace would not fit. */
 START_TEST(test_memory_cgroup) {
   char ck[1400], big[1400], log[1400];
   snprintf(ck, sizeof ck, "%s/cg-run/ckpt-00000001.h5", OUT);
@@ -294,20 +294,27 @@ START_TEST(test_memory_cgroup) {
       "if [ -n \"$p\" ] && [ -d /sys/fs/cgroup/memory$p ]; then cg=/sys/fs/cgroup/memory$p/gjtest$$; lim=memory.limit_in_bytes; "
       "else p=$(grep '^0::' /proc/self/cgroup | cut -d: -f3); cg=/sys/fs/cgroup$p/gjtest$$; lim=memory.max; fi; "
       "mkdir $cg && echo 100M > $cg/$lim || { rmdir $cg 2>/dev/null; exit 99; }; ";
-  for (int i = 0; i < 4; i++) {
+  /* a word of 5 MB without a break: its BPE workspace (28 bytes a byte) is refused cleanly */
+  char word[1400];
+  snprintf(word, sizeof word, "%s/cg-word.txt", OUT);
+  sh("head -c 5000000 /dev/zero | tr '\\0' a > %s", word);
+  for (int i = 0; i < 5; i++) {
     char args[2048];
     if (i == 0) snprintf(args, sizeof args, "train %s --data %s --steps 1 --run-dir %s/cg-run2", COMMON, DATA, OUT);
     if (i == 1) snprintf(args, sizeof args, "eval --checkpoint %s --data %s --seq-len 128 --micro-batch 4", big, DATA);
     if (i == 2) snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 1,2 --ids", big);
     if (i == 3) snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 1,2 --ids --max-new-tokens 4", ck);
+    if (i == 4) snprintf(args, sizeof args, "encode <%s", word);
     int rc = sh("%s (echo $BASHPID > $cg/cgroup.procs && exec %s/gptj %s) >%s 2>&1; e=$?; "
                 "for i in $(seq 50); do rmdir $cg 2>/dev/null && break; sleep 0.1; done; exit $e",
                 mk, B_, args, log);
     ck_assert_msg(rc != 99, "cannot make a memory cgroup here (root is needed)");
-    if (rc != (i < 3)) sh("cat %s >&2", log);
-    ck_assert_int_eq(rc, i < 3);
+    if (rc != (i != 3)) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, i != 3);
     if (i < 3) ck_assert(grep(log, "under the cgroup memory limit of 0.10 GB"));
+    if (i == 4) ck_assert(grep(log, "gptj encode: error: tokenizer: a piece of 5000000 bytes without a break .* needs 0.14 GB"));
   }
+  sh("rm -f %s", word);
 }
 END_TEST
 

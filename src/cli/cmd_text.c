@@ -16,8 +16,10 @@ static int read_stream(FILE *f, const char *what, gj_bytes *b) {
   size_t n;
   double share = gj_mem_share_bytes();
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-    /* the text, its ids (4 bytes each) and the output: refused before the memory runs out */
-    if (share > 0 && 3.0 * (double)(b->n + n) > share)
+    /* the text (twice, while its buffer grows) and its ids (up to one a byte, 4 bytes each,
+     * twice while their vector grows), refused before the memory runs out (a word of over
+     * 1 MB is checked by the tokenizer for its own workspace) */
+    if (share > 0 && 10.0 * (double)(b->n + n) > share)
       return GJ_FAIL("%s: more than %.2f GB of input, more than fits in the %.2f GB available: give it in parts",
                      what, (double)(b->n + n) / 1e9, share / 1e9);
     GJ_TRY(gj_bytes_append(b, buf, n));

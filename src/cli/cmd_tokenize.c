@@ -479,7 +479,9 @@ static int tok_parse(tok_ctx *x, int argc, char **argv) {
       "optionally .gz/.zst), recursively, in byte order of their names. Every document is\n"
       "followed by <|endoftext|> (50256). The inputs are streamed: a rank holds at most about\n"
       "64 MB + 14 x --max-doc-mb (288 MB by default), whatever the size of the corpus, and\n"
-      "spools its tokens (2 bytes a token) beside the output until it writes them.\n"
+      "spools its tokens (2 bytes a token) beside the output until it writes them. A word (or\n"
+      "number, or run of spaces) of over 1 MB without a break takes 28 bytes a byte more to\n"
+      "encode, checked against the memory available when one comes.\n"
       "Runs under mpirun: the ranks share the files and byte ranges of the large uncompressed\n"
       "ones, and write one output; it is byte-identical whatever the number of ranks.",
       opts, NULL, NULL, NULL, MAX_INPUTS};

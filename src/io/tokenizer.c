@@ -406,17 +406,27 @@ static struct heap_item heap_pop(struct heap_item *h, size_t *n) {
   return top;
 }
 
+/* The BPE workspace of a piece of n bytes: symbols, links and the heap, 28 bytes a byte (see
+ * work_reserve); a piece of over 1 MB (a word, number or run of one class without a break) is
+ * checked against the memory available first. */
+#define WORK_BYTES_PER_BYTE 28.0
 static int work_reserve(gj_tokenizer *t, size_t n) {
   if (n <= t->work_cap) return 0;
-  size_t c = n * 2;
+  double share = n > ((size_t)1 << 20) ? gj_mem_share_bytes() : 0;
+  if (share > 0 && WORK_BYTES_PER_BYTE * (double)n > share)
+    return GJ_FAIL("tokenizer: a piece of %zu bytes without a break (a word, number or run of spaces) needs "
+                   "%.2f GB to encode, more than the %.2f GB available", n, WORK_BYTES_PER_BYTE * (double)n / 1e9,
+                   share / 1e9);
+  size_t c = n < ((size_t)1 << 16) ? 2 * n : n; /* room to grow for short pieces, exact for long ones */
   int32_t *a = realloc(t->sym, c * sizeof(int32_t));
   if (a) t->sym = a;
   int32_t *b = realloc(t->prev, c * sizeof(int32_t));
   if (b) t->prev = b;
   int32_t *d = realloc(t->next, c * sizeof(int32_t));
   if (d) t->next = d;
-  /* each merge pushes at most two pairs: the heap never holds more than 3n entries */
-  struct heap_item *h = realloc(t->heap, 3 * c * sizeof *h);
+  /* n - 1 pairs at first; each merge pops one and pushes at most two, and there are at most
+   * n - 1 merges: the heap never holds more than 2n entries */
+  struct heap_item *h = realloc(t->heap, 2 * c * sizeof *h);
   if (h) t->heap = h;
   if (!a || !b || !d || !h) return GJ_FAIL("out of memory");
   t->work_cap = c;
