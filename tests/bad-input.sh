@@ -47,6 +47,17 @@ printf 'n_layer = -3\n' > "$w/neg.conf"
 printf 'n_embd = 64\nrotary_dim = 32\n' > "$w/rot.conf"
 printf 'n_embd 64\n' > "$w/noeq.conf"
 printf 'a\0b\n' > "$w/nul.conf"
+# vocabularies a token file cannot hold: 70,000 ids (uint16), <|endoftext|> renamed at 50256
+/usr/bin/python3 - "$w" "$top/data/gpt2" <<'PY'
+import json, os, shutil, sys
+w, src = sys.argv[1], sys.argv[2]
+enc = json.load(open(src + "/encoder.json", encoding="utf-8"))
+for name, edit in (("v70k", lambda e: e.update({"<|x%d|>" % i: i for i in range(50257, 70000)})),
+                   ("veot", lambda e: (e.pop("<|endoftext|>"), e.update({"<|eot|>": 50256})))):
+    e = dict(enc); edit(e); os.makedirs(w + "/" + name, exist_ok=True)
+    json.dump(e, open(w + "/" + name + "/encoder.json", "w", encoding="utf-8"), ensure_ascii=False)
+    shutil.copy(src + "/vocab.bpe", w + "/" + name + "/vocab.bpe")
+PY
 /usr/bin/python3 - "$w" <<'PY'
 import sys, h5py, numpy as np
 w = sys.argv[1]
@@ -305,6 +316,8 @@ rows=(
 "0|--checkpoint is an option of --to-hf, not of --from-hf|convert --from-hf $w/rhf --out $w/x.h5 --checkpoint $ck"
 "0|--out is an option of --from-hf|convert --to-hf $w/hfo4 --checkpoint $ck --out $w/x.h5"
 "0|--out $w/rhf: holds a sharded model (model.safetensors.index.json)|random-hf --preset tiny --out $w/rhf"
+"0|--vocab-dir $w/v70k: 70000 ids, more than the 65,536 a token file's uint16 ids hold|tokenize --vocab-dir $w/v70k --out $w/x.h5 $top/data/brown-valid.txt"
+"0|--vocab-dir $w/veot: id 50256 is not <|endoftext|>|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"
 "0|random-hf: the model has rotary_dim 0|random-hf --preset tiny --rotary_dim 0 --out $w/rh0"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"

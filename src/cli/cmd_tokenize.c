@@ -292,6 +292,19 @@ static double cpu_now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* A token file holds uint16 ids and ends every document with <|endoftext|> as id 50256: a
+ * vocabulary (--vocab-dir) with more ids, or with another token there, cannot be written. */
+static int vocab_fits(const gj_tokenizer *t, const char *dir) {
+  int32_t n = gj_tokenizer_vocab_size(t), eot = GJ_EOT_ID;
+  if (n > 65536)
+    return GJ_FAIL("--vocab-dir %s: %d ids, more than the 65,536 a token file's uint16 ids hold", dir, n);
+  gj_bytes s = {0};
+  int ok = n > GJ_EOT_ID && !gj_tokenizer_decode(t, &eot, 1, &s) && s.n == 13 && !memcmp(s.v, "<|endoftext|>", 13);
+  free(s.v);
+  return ok ? 0 : GJ_FAIL("--vocab-dir %s: id %d is not <|endoftext|>, which a token file ends every document with", dir,
+                          GJ_EOT_ID);
+}
+
 static int on_doc(void *ctx, const char *text, size_t n) {
   work *w = ctx;
   w->ids.n = 0;
@@ -526,6 +539,7 @@ static int tok_parts(tok_ctx *x) {
   x->docbase = calloc(np + 1, sizeof *x->docbase), x->sbase = calloc(np * 4 + 1, sizeof *x->sbase);
   int rc = x->cnt && x->scnt && x->tok0 && x->len0 && x->docbase && x->sbase ? 0 : GJ_FAIL("out of memory for %zu parts", np);
   if (!rc) rc = gj_tokenizer_load(&wk->t, x->dir);
+  if (!rc) rc = vocab_fits(wk->t, x->dir);
   /* the spools: beside the output, named after it and this rank (a rank's own pid); hidden
    * names of their own where the output's name leaves no room for the suffixes */
   char base[GJ_PATH_BUF];
@@ -598,7 +612,7 @@ static int tok_write(tok_ctx *x) {
   for (int s = 0; s < x->nout && !rc && x->rank == 0; s++) {
     snprintf(lay.tmp[s], sizeof lay.tmp[s], "%s", x->o[s].tmp);
     rc = gj_tokfile_create(x->o[s].tmp, x->tot[s][C_TOK], x->tot[s][C_DOC], x->tot[s][C_BYTES], source,
-                           &lay.tok_at[s], &lay.off_at[s]);
+                           gj_tokenizer_vocab_size(x->wk.t), &lay.tok_at[s], &lay.off_at[s]);
   }
   GJ_AGREE(x->w, rc);
   GJ_TRY(gj_bcast(x->w, &lay, sizeof lay, 0));

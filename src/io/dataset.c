@@ -31,13 +31,13 @@ int gj_dataset_write(const char *path, const uint16_t *tokens, uint64_t n_tokens
 }
 
 int gj_dataset_write_attrs(int64_t file, const char *path, uint64_t n_docs, uint64_t n_tokens,
-                           uint64_t n_bytes, const char *source) {
+                           uint64_t n_bytes, const char *source, int64_t vocab_size) {
   hid_t f = (hid_t)file;
   int rc = 0;
   rc |= gj_h5_write_attr_str(f, "format", "gptj-mpi-tokens");
   rc |= gj_h5_write_attr_i64(f, "format_version", 1);
   rc |= gj_h5_write_attr_str(f, "tokenizer", "gpt2");
-  rc |= gj_h5_write_attr_i64(f, "vocab_size", 50257);
+  rc |= gj_h5_write_attr_i64(f, "vocab_size", vocab_size);
   rc |= gj_h5_write_attr_i64(f, "eot_id", GJ_EOT_ID);
   rc |= gj_h5_write_attr_str(f, "source", source);
   rc |= gj_h5_write_attr_i64(f, "n_docs", (int64_t)n_docs);
@@ -80,7 +80,7 @@ int gj_dataset_write_tmp(gj_outfile *o, const uint16_t *tokens, uint64_t n_token
     rc = GJ_H5_FAIL("%s: cannot write /doc_offsets", tmp);
   if (d >= 0) H5Dclose(d);
   H5Sclose(sp), H5Pclose(dcpl), H5Pclose(dcpl2);
-  if (!rc) rc = gj_dataset_write_attrs(f, tmp, n_docs, n_tokens, n_bytes, source);
+  if (!rc) rc = gj_dataset_write_attrs(f, tmp, n_docs, n_tokens, n_bytes, source, GJ_EOT_ID + 1);
   if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", tmp);
   return rc;
 }

@@ -45,10 +45,10 @@ typedef struct {
   int64_t file, tokens; /* hid_t of the file and /tokens (hyperslab reads); -1 if unused */
 } gj_dataset;
 
-/* The attributes of a token dataset (format, tokenizer, counts, source) on an open HDF5 file
- * (its hid_t); path names it in messages. */
+/* The attributes of a token dataset (format, tokenizer, counts, source, the vocabulary's size)
+ * on an open HDF5 file (its hid_t); path names it in messages. */
 int gj_dataset_write_attrs(int64_t file, const char *path, uint64_t n_docs, uint64_t n_tokens,
-                           uint64_t n_bytes, const char *source);
+                           uint64_t n_bytes, const char *source, int64_t vocab_size);
 
 /* Write a dataset file atomically (io/outfile.h: temporary name, sync, rename, directory sync;
  * the temporary is removed on failure or a stop signal). */

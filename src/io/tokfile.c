@@ -36,7 +36,7 @@ static int offset_of(hid_t d, uint64_t n, uint64_t *at) {
 }
 
 int gj_tokfile_create(const char *path, uint64_t n_tokens, uint64_t n_docs, uint64_t n_bytes,
-                      const char *source, uint64_t *tok_at, uint64_t *off_at) {
+                      const char *source, int64_t vocab_size, uint64_t *tok_at, uint64_t *off_at) {
   gj_h5_quiet();
   /* No timestamps in object headers: the same input gives the same bytes. */
   hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -53,7 +53,7 @@ int gj_tokfile_create(const char *path, uint64_t n_tokens, uint64_t n_docs, uint
     rc = GJ_H5_FAIL("%s: no file offset for /tokens or /doc_offsets", path);
   if (dt >= 0) H5Dclose(dt);
   if (doff >= 0) H5Dclose(doff);
-  if (!rc) rc = gj_dataset_write_attrs(f, path, n_docs, n_tokens, n_bytes, source);
+  if (!rc) rc = gj_dataset_write_attrs(f, path, n_docs, n_tokens, n_bytes, source, vocab_size);
   if (H5Fclose(f) < 0 && !rc) rc = GJ_H5_FAIL("%s: cannot close (disk full?)", path);
   return rc;
 }

@@ -12,7 +12,7 @@
 /* Create path (truncating it) for n_tokens tokens and n_docs documents; *tok_at and *off_at
  * are the file offsets of /tokens[0] and /doc_offsets[0]. One process. */
 int gj_tokfile_create(const char *path, uint64_t n_tokens, uint64_t n_docs, uint64_t n_bytes,
-                      const char *source, uint64_t *tok_at, uint64_t *off_at);
+                      const char *source, int64_t vocab_size, uint64_t *tok_at, uint64_t *off_at);
 
 /* Write n bytes at offset off of fd (all of them; path names the file in the message). */
 int gj_tokfile_pwrite(int fd, const char *path, const void *buf, uint64_t n, uint64_t off);
