@@ -146,6 +146,24 @@ START_TEST(test_decode_bad_id) {
 }
 END_TEST
 
+/* gptj decode's input: ids of decimal digits separated by any white space (\v and \f too);
+ * a sign or other characters are refused with the token's number. */
+START_TEST(test_decode_command) {
+  struct { const char *in; int rc; const char *out; } c[] = {
+      {"15496 995", 0, "Hello world"},       {"15496\\v995\\n", 0, "Hello world"},
+      {"\\f15496\\t995", 0, "Hello world"}, {"0015496", 0, "Hello"},
+      {"+15496", 1, "token 1 is not an integer"}, {"15496 -0", 1, "token 2: id -0 is outside the vocabulary"},
+      {"15496x", 1, "token 1 is not an integer"}, {"1 99999999999999", 1, "token 2: id 99999999999999 is outside"}};
+  char log[1400];
+  snprintf(log, sizeof log, "%s/decode.log", OUT);
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    int rc = tu_sh("printf '%s' | %s/gptj decode >%s 2>&1", c[i].in, B_, log);
+    ck_assert_msg(rc == c[i].rc, "decode of '%s': exit %d", c[i].in, rc);
+    ck_assert_msg(tu_sh("grep -q -- '%s' %s", c[i].out, log) == 0, "decode of '%s': no '%s'", c[i].in, c[i].out);
+  }
+}
+END_TEST
+
 static size_t count_file(const char *name) {
   char path[1200];
   snprintf(path, sizeof path, "%s/data/%s", srcdir, name);
@@ -492,6 +510,7 @@ int main(void) {
   TCase *tt = tcase_create("tokenize");
   tcase_set_timeout(tt, 600);
   tcase_add_test(tt, test_tokenize_identical);
+  tcase_add_test(tt, test_decode_command);
   tcase_add_test(tt, test_tokenize_memory_bound);
   suite_add_tcase(s, tt);
   suite_add_tcase(s, tc);

@@ -87,21 +87,22 @@ int gj_cmd_decode(int argc, char **argv) {
   /* ids are parsed as a string: a NUL would end it and drop the rest silently */
   if (!rc && memchr(in.v, 0, in.n))
     rc = GJ_FAIL("stdin: NUL byte at offset %zu, expected token ids", (size_t)((char *)memchr(in.v, 0, in.n) - in.v));
+  /* ids: decimal digits, separated by white space (as isspace: space, \t \n \v \f \r) */
+  static const char ws[] = " \t\n\v\f\r";
   char *p = in.v;
   size_t k = 0;
   while (!rc && *p) {
-    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    while (*p && strchr(ws, *p)) p++;
     if (!*p) break;
-    char *end;
-    long v = strtol(p, &end, 10);
+    char *q = p + (*p == '-'), *end = q + strspn(q, "0123456789");
     k++;
-    if (end == p || (*end && !strchr(" \n\t\r", *end)))
+    if (end == q || (*end && !strchr(ws, *end)))
       rc = GJ_FAIL("stdin: token %zu is not an integer", k);
-    else if (v < 0 || v >= gj_tokenizer_vocab_size(t)) /* the text as given (strtol clamps) */
+    else if (*p == '-' || end - q > 9 || strtol(q, NULL, 10) >= gj_tokenizer_vocab_size(t))
       rc = GJ_FAIL("stdin: token %zu: id %.*s is outside the vocabulary [0, %d)", k, (int)GJ_MIN(end - p, 40), p,
                    gj_tokenizer_vocab_size(t));
     else
-      rc = gj_ids_push(&ids, (int32_t)v);
+      rc = gj_ids_push(&ids, (int32_t)strtol(q, NULL, 10));
     p = end;
   }
   if (!rc) rc = gj_tokenizer_decode(t, ids.v, ids.n, &out);
