@@ -236,12 +236,16 @@ static int loop_step(loop_state *s, int *stop) {
   gj_gemm_record(0);
   if (rc) return rc;
   if (out.finite) s->bad = 0, meta->updates++;
-  else if (out.huge)
-    gj_warn("step %lld: a gradient element of %g or more (gradient norm %g; its square would overflow "
-            "AdamW's float32 second moment): update skipped (%lld in a row)", (long long)step, GJ_GRAD_MAX,
-            out.grad_norm, (long long)++s->bad);
-  else gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
-               (long long)step, out.loss, out.grad_norm, (long long)++s->bad);
+  else s->bad++;
+  if (!out.finite && g->rank == 0) { /* every rank skips it (the norm is global); rank 0 says so */
+    if (out.huge)
+      gj_warn("step %lld: a gradient element of %g or more (gradient norm %g; its square would overflow "
+              "AdamW's float32 second moment): update skipped (%lld in a row)", (long long)step, GJ_GRAD_MAX,
+              out.grad_norm, (long long)s->bad);
+    else
+      gj_warn("step %lld: non-finite loss %g or gradient norm %g: update skipped (%lld in a row)",
+              (long long)step, out.loss, out.grad_norm, (long long)s->bad);
+  }
   meta->step = step;
   meta->tokens_seen += s->G * r->T;
   meta->loader = r->loader->st;
