@@ -882,7 +882,7 @@ static double ce_two_shards(float *lse, float *shard[2], const int32_t *tg, int6
   for (int64_t i = 0; i < N; i++) gmx[i] = fmaxf(mx[0][i], mx[1][i]);
   for (int s = 0; s < 2; s++) gj_ce_rescale(st[s], mx[s], gmx, N);
   for (int64_t i = 0; i < 2 * N; i++) st[0][i] += st[1][i];
-  double loss = gj_ce_loss(lse, gmx, st[0], tg, N, (float)zloss, nv);
+  double loss = gj_ce_loss(lse, gmx, st[0], tg, N, (float)zloss, nv, NULL);
   for (int s = 0; s < 2; s++) free(mx[s]), free(st[s]);
   free(gmx);
   return loss;

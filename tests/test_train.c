@@ -106,6 +106,30 @@ START_TEST(test_bad_layout) {
 }
 END_TEST
 
+/* With --zloss the logged loss is still the cross-entropy (as validation's): step 1's loss
+ * (the same weights and batch) is the run without z-loss's, and the z term is logged apart as
+ * z_loss: zloss x the mean of (log Z)^2, about zloss x loss^2 at initialisation (where the
+ * target's logit is near 0, log Z is the row's loss), also at TP 2. */
+START_TEST(test_zloss_logged) {
+  char args[2048], log[1400];
+  snprintf(log, sizeof log, "%s/zl.log", OUT);
+  for (int i = 0; i < 3; i++) {
+    snprintf(args, sizeof args, "train %s --data %s --steps 1 --micro-batch 8 --run-dir %s/zl%d %s", COMMON, DATA, OUT, i,
+             i == 0 ? "" : i == 1 ? "--zloss 0.1" : "--zloss 0.1 --tp 2");
+    sh("rm -rf %s/zl%d", OUT, i);
+    int rc = gptj(i == 2 ? 2 : 0, args, log);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 0);
+  }
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, math\n"
+                      "r = [json.loads(open('%s/zl%%d/metrics.jsonl' %% i).readline()) for i in range(3)]\n"
+                      "assert r[0]['z_loss'] == 0, r[0]\n"
+                      "for x in r[1:]:\n"
+                      "  assert abs(x['loss'] - r[0]['loss']) < 1e-6 * r[0]['loss'], (x, r[0])\n"
+                      "  assert abs(x['z_loss'] / (0.1 * x['loss'] ** 2) - 1) < 0.05, x\n\"", OUT), 0);
+}
+END_TEST
+
 /* The optimizer in backward (--optimizer-in-backward 1, --clip 0) equals the ordinary step
  * without clipping bit for bit: at (1,1) with bf16 and two micro-batches a step, and at (2,2);
  * the parameters and both moments of the head, a layer and the embedding are identical. A NaN
@@ -502,6 +526,7 @@ int main(void) {
   TU_ADD(s, test_generate_tokens, NULL, 900);
   TU_ADD(s, test_config_conf_roundtrip, NULL, 900);
   TU_ADD(s, test_optimizer_in_backward, NULL, 900);
+  TU_ADD(s, test_zloss_logged, NULL, 600);
   TU_ADD(s, test_oib_partial_nan, NULL, 900);
   TU_ADD(s, test_bench, NULL, 900);
   TU_ADD(s, test_blas_kernel, NULL, 900);

@@ -54,17 +54,19 @@ void gj_ce_rescale(float *stats, const float *mx, const float *gmx, int64_t N) {
 }
 
 double gj_ce_loss(float *lse, const float *mx, const float *stats, const int32_t *targets,
-                  int64_t N, float zloss, int64_t *n_valid) {
-  double loss = 0;
+                  int64_t N, float zloss, int64_t *n_valid, double *z_sum) {
+  double loss = 0, zs = 0;
   int64_t nv = 0;
   for (int64_t i = 0; i < N; i++) {
     double z = (double)mx[i] + log((double)stats[i]);
     lse[i] = (float)z;
     if (targets[i] < 0) continue;
     loss += z - stats[N + i] + zloss * z * z;
+    zs += zloss * z * z;
     nv++;
   }
   *n_valid = nv;
+  if (z_sum) *z_sum = zs;
   return loss;
 }
 

@@ -17,9 +17,10 @@ void gj_ce_stats(float *mx, float *stats, const float *logits, const int32_t *ta
  * the shards' stats are summed. */
 void gj_ce_rescale(float *stats, const float *mx, const float *gmx, int64_t N);
 /* From global stats: lse [N] = log Z per row; returns the sum over valid rows of
- * (log Z - target logit) + zloss * (log Z)^2. *n_valid = number of valid rows. */
+ * (log Z - target logit) + zloss * (log Z)^2, the objective. *n_valid = number of valid rows;
+ * *z_sum (if not NULL) gets the z-loss part, zloss * sum of (log Z)^2. */
 double gj_ce_loss(float *lse, const float *mx, const float *stats, const int32_t *targets,
-                  int64_t N, float zloss, int64_t *n_valid);
+                  int64_t N, float zloss, int64_t *n_valid, double *z_sum);
 /* d = scale * d(loss)/d(logits) = scale * (softmax * (1 + 2 zloss log Z) - onehot) of logits
  * [N, Vl], zero rows for ignored targets, in one pass that writes it to any of:
  * dlogits [N, Vl] (float; may be logits itself), d16 [N, Vl] (rounded to bfloat16), and

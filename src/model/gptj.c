@@ -543,8 +543,9 @@ static int head_rows(gj_model *m, float *lg, int64_t r0, int64_t R, float zloss,
   gj_ce_rescale(st, lse, mx, R);
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_allreduce_sum(m->g, st, 2 * R)));
   int64_t nv;
-  *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv);
-  *n_valid += nv;
+  double zs;
+  *loss_sum += gj_ce_loss(lse, mx, st, tg, R, zloss, &nv, &zs);
+  *n_valid += nv, m->z_sum += zs;
   if (scale == 0.0f) return 0;
   /* one pass: d logits and the bias gradient; in bf16 only the bf16 copy of d logits, which
    * the products read (lg keeps the logits: no float d is passed on) */
@@ -577,7 +578,7 @@ int gj_model_forward(gj_model *m, const int32_t *ids, const int32_t *targets, in
   GJ_TRY(forward_body(m, ids, targets, B, T));
   head_w16(m);
   const int64_t N = B * T;
-  *loss_sum = 0, *n_valid = 0;
+  *loss_sum = 0, *n_valid = 0, m->z_sum = 0;
   m->head_done = 0;
   if (m->training || m->recompute == GJ_FORWARD) { /* blocks of rows; the logits are not kept */
     for (int64_t r0 = 0; r0 < N; r0 += GJ_HEAD_ROWS)
@@ -594,7 +595,7 @@ int gj_model_forward_backward(gj_model *m, const int32_t *ids, const int32_t *ta
     return GJ_FAIL("internal: backward on a network whose state has no gradients, or a forward-only one");
   GJ_TRY(forward_body(m, ids, targets, B, T));
   const int64_t N = B * T;
-  *loss_sum = 0, *n_valid = 0;
+  *loss_sum = 0, *n_valid = 0, m->z_sum = 0;
   const int64_t R = GJ_HEAD_ROWS;
   head_w16(m);
   TIMED(GJ_PROF_ELEM, slot_part(m, 0));

@@ -114,6 +114,7 @@ typedef struct {
    * part is reported to the hook last. */
   int late_head;
   int head_done;              /* gj_model_forward_backward did the head's backward */
+  double z_sum;               /* the last forward's z-loss part of *loss_sum (0 without z-loss) */
   gj_ptrs P, G;               /* G: every part into the state's gslot where it has one */
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */
   float *act_arena;

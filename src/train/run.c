@@ -174,16 +174,18 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
   double mf = mfu(s, tps), geff = gemm_eff(s);
   double eta = (o->steps - step) * s->ema;
   if (o->max_time > 0 && o->max_time - elapsed < eta) eta = GJ_MAX(0.0, o->max_time - elapsed);
-  char el[32], et[32];
+  char el[32], et[32], zl[48] = "";
   fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
-  gj_info("step %lld/%lld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
-          (long long)step, (long long)o->steps, out->loss, lr, out->grad_norm, tps, 100 * mf, 100 * geff,
+  if (out->z_loss != 0) snprintf(zl, sizeof zl, " | z-loss %.4f", out->z_loss);
+  gj_info("step %lld/%lld | loss %.4f%s | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
+          (long long)step, (long long)o->steps, out->loss, zl, lr, out->grad_norm, tps, 100 * mf, 100 * geff,
           el, et, peak_rss_bytes() / 1e6);
-  char lb[32], gb[32];
-  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
+  char lb[32], gb[32], zb[32];
+  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"z_loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
           "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %.5g, \"elapsed_s\": %.3f, "
           "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
-          (long long)step, jnum(lb, sizeof lb, out->loss), lr, jnum(gb, sizeof gb, out->grad_norm),
+          (long long)step, jnum(lb, sizeof lb, out->loss), jnum(zb, sizeof zb, out->z_loss), lr,
+          jnum(gb, sizeof gb, out->grad_norm),
           (long long)meta->tokens_seen, tps, mf, geff, elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
           !out->finite);
   fflush(r->metrics);

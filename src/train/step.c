@@ -85,9 +85,9 @@ static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
 }
 
 /* Forward and backward of every micro-batch, and the DP reduction (the optimizer in backward:
- * the reduction and the update, through oib); *loss_sum is the summed loss of this rank's
- * micro-batches. */
-static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double *loss_sum) {
+ * the reduction and the update, through oib); *loss_sum is the summed objective of this rank's
+ * micro-batches, *z_sum its z-loss part. */
+static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double *loss_sum, double *z_sum) {
   gj_state *st = t->st;
   if ((st->gslot || t->m->late_head) && in->A != 1)
     return GJ_FAIL("internal: a gradient slot or a late head gradient holds one micro-batch's "
@@ -99,45 +99,46 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double
   gj_grad_hook hook = {gj_dp_ready, &t->dp};
   if (t->oib) hook = (gj_grad_hook){oib_ready, oib};
   float scale = (float)(1.0 / in->n_targets);
-  *loss_sum = 0;
+  *loss_sum = 0, *z_sum = 0;
   for (int64_t a = 0; a < in->A; a++) {
     GJ_TRY(in->batch(in->batch_ctx, a, t->ids, t->tg));
     double ls;
     int64_t nv;
     GJ_TRY(gj_model_forward_backward(t->m, t->ids, t->tg, in->B, in->T, t->zloss, scale,
                                      a == in->A - 1 && !st->zero ? &hook : NULL, &ls, &nv));
-    *loss_sum += ls;
+    *loss_sum += ls, *z_sum += t->m->z_sum;
   }
   if (t->oib) return oib->hi == 0 ? 0 : GJ_FAIL("internal: backward left gradients unreported");
   return st->zero ? gj_dp_reduce_scatter(&t->dp, st->n) : gj_dp_finish(&t->dp);
 }
 
-/* The global mean loss, the squared gradient norm and (without clipping; with it every element
- * is bounded by the clip) the count of ranks with a huge element (gj_grad_huge): this rank's
- * reduced range, then over the TP shards (and, under ZeRO-1, over the DP ranges). */
-static int loss_and_norm(gj_trainer *t, double loss_sum, const oib_run *oib, double red[3]) {
+/* The global summed objective and its z-loss part, the squared gradient norm and (without
+ * clipping; with it every element is bounded by the clip) the count of ranks with a huge
+ * element (gj_grad_huge): this rank's reduced range, then over the TP shards (and, under
+ * ZeRO-1, over the DP ranges). */
+static int loss_and_norm(gj_trainer *t, double loss_sum, double z_sum, const oib_run *oib, double red[4]) {
   gj_state *st = t->st;
   gj_grid *g = t->g;
-  red[0] = loss_sum;
-  red[1] = t->oib ? oib->sumsq
+  red[0] = loss_sum, red[1] = z_sum;
+  red[2] = t->oib ? oib->sumsq
                   : gj_grad_sumsq(&st->lay, st->grads + st->lo, st->erows, g->tp_rank, st->lo, st->n);
-  red[2] = !t->oib && t->hp.grad_clip <= 0 && gj_grad_huge(&st->lay, st->grads + st->lo, st->erows, st->lo, st->n, red[1]);
+  red[3] = !t->oib && t->hp.grad_clip <= 0 && gj_grad_huge(&st->lay, st->grads + st->lo, st->erows, st->lo, st->n, red[2]);
   if (st->zero) { /* every rank holds a distinct range: sum all over the world */
-    GJ_TRY(gj_allreduce_sum_f64(g->world, red, 3));
-    red[0] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
+    GJ_TRY(gj_allreduce_sum_f64(g->world, red, 4));
+    red[0] /= g->tp_size, red[1] /= g->tp_size; /* each DP rank's loss was counted once per TP rank */
     return 0;
   }
   /* gradients are replicated over DP: the norm and the count sum over TP only */
-  GJ_TRY(gj_allreduce_sum_f64(g->dp, red, 1));
-  return gj_allreduce_sum_f64(g->tp, red + 1, 2);
+  GJ_TRY(gj_allreduce_sum_f64(g->dp, red, 2));
+  return gj_allreduce_sum_f64(g->tp, red + 2, 2);
 }
 
 int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   gj_state *st = t->st;
   memset(out, 0, sizeof *out);
-  double loss_sum = 0;
+  double loss_sum = 0, z_sum = 0;
   oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0, 0};
-  GJ_TRY(batch_grads(t, in, &oib, &loss_sum));
+  GJ_TRY(batch_grads(t, in, &oib, &loss_sum, &z_sum));
   out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
   double t0 = gj_now();
   if (in->inject_nan && !t->oib) { /* where this rank holds the reduced gradients (ZeRO-1: its share) */
@@ -150,12 +151,13 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
       st->grads[at] = NAN;
     }
   }
-  double red[3];
-  GJ_TRY(loss_and_norm(t, loss_sum, &oib, red));
-  out->loss = red[0] / in->n_targets;
-  out->grad_norm = sqrt(red[1]);
-  out->huge = t->oib ? oib.huge : red[2] > 0;
-  out->finite = isfinite(out->loss) && isfinite(out->grad_norm) && !out->huge;
+  double red[4];
+  GJ_TRY(loss_and_norm(t, loss_sum, z_sum, &oib, red));
+  out->loss = (red[0] - red[1]) / in->n_targets; /* the cross-entropy, as validation's */
+  out->z_loss = red[1] / in->n_targets;
+  out->grad_norm = sqrt(red[2]);
+  out->huge = t->oib ? oib.huge : red[3] > 0;
+  out->finite = isfinite(red[0]) && isfinite(out->loss) && isfinite(out->grad_norm) && !out->huge;
   if (t->oib) {
     out->optim_s = oib.opt_s + gj_now() - t0;
     if (!oib.applied) return 0; /* not finite from the first range on: skipped whole */

@@ -42,7 +42,8 @@ typedef struct {
 } gj_step_in;
 
 typedef struct {
-  double loss;           /* mean over the global batch */
+  double loss;           /* mean cross-entropy over the global batch (the z-loss not in it) */
+  double z_loss;         /* the z-loss term's mean (0 without --zloss); the objective is the sum */
   double grad_norm;      /* before clipping */
   int finite;            /* loss and norm finite, no huge element: the update was applied (else
                           * skipped) */
