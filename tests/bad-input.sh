@@ -311,6 +311,7 @@ rows=(
 "0|--lr: -1 is out of range|train --data $w/ok.h5 --lr -1"
 "0|--eps: 0 is out of range|train --data $w/ok.h5 --eps 0"
 "0|--decay-steps 2 is below --warmup 3|train --data $w/ok.h5 --warmup 3 --decay-steps 2"
+"0|--lr 10 x --weight-decay 0.1 = 1: the decoupled decay multiplies the weights by 1 - lr x wd|train --data $w/ok.h5 --lr 10"
 "0|--run-dir: missing value before '--overwrite'|train --data $w/ok.h5 --run-dir --overwrite"
 "0|quote.conf:1: a quoted value must end with '\"'|train --config $w/quote.conf"
 "0|--checkpoint is an option of --to-hf, not of --from-hf|convert --from-hf $w/rhf --out $w/x.h5 --checkpoint $ck"

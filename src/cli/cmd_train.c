@@ -283,6 +283,9 @@ static int parse(train_ctx *x, int argc, char **argv) {
   if (o->decay_steps && o->decay_steps < o->warmup)
     return GJ_FAIL("--decay-steps %lld is below --warmup %lld: the cosine decay runs from the warmup's end to "
                    "--decay-steps", (long long)o->decay_steps, (long long)o->warmup);
+  if (o->lr * o->wd >= 1) /* AdamW multiplies every weight by 1 - lr x wd at each step */
+    return GJ_FAIL("--lr %g x --weight-decay %g = %g: the decoupled decay multiplies the weights by 1 - lr x wd "
+                   "each step, which must stay above 0", o->lr, o->wd, o->lr * o->wd);
   if (o->seq_len == 0) o->seq_len = x->c.n_positions;
   if (o->seq_len > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->seq_len, (long long)x->c.n_positions);
