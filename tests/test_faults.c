@@ -106,6 +106,21 @@ START_TEST(test_lock) {
   ck_assert(grep(log, "another process has taken the run directory.s lock: stopping at step [0-9]* without saving"));
   ck_assert(sh("grep -q 'host elsewhere' %s/lock && ! ls %s/ckpt-* >/dev/null 2>&1", run, run) == 0);
   sh("rm -f %s/lock", run);
+  /* a holder of another host (a UTS namespace here) stopped past GJ_LOCK_STALE_S: a second
+   * trainer takes the stale lock over, finishes and releases it; the first, continued, must not
+   * take the directory back: it stops without saving, and the second's checkpoint stays */
+  sh("rm -rf %s", run);
+  rc = sh("(unshare --uts sh -c 'hostname gj-elsewhere; exec env GJ_LOCK_STALE_S=2 %s/gptj train %s --data %s --steps 100000 "
+          "--run-dir %s' >%s 2>&1 & echo $! >%s.pid; wait) & "
+          "for i in $(seq 200); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.05; done; p=$(cat %s.pid); "
+          "kill -STOP $p && sleep 2.5 && GJ_LOCK_STALE_S=2 %s/gptj train %s --data %s --steps 3 --run-dir %s >%s 2>&1; e=$?; "
+          "kill -CONT $p; wait; exit $e",
+          B_, COMMON, DATA, run, log, run, log, run, B_, COMMON, DATA, run, log2);
+  ck_assert_msg(rc == 0, "the second trainer did not take the stale lock over (exit %d)", rc);
+  ck_assert(grep(log2, "removed a stale lock.*not touched"));
+  ck_assert(grep(log, "lock is gone after this run had not refreshed it .*: stopping at step [0-9]* without saving"));
+  ck_assert(sh("test \"$(cat %s/latest)\" = ckpt-00000003.h5 && ls %s/ckpt-* | wc -l | grep -qx 1 && test ! -e %s/lock",
+               run, run, run) == 0);
 }
 END_TEST
 

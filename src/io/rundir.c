@@ -434,11 +434,13 @@ static int lock_look(int *err) {
   return 0;
 }
 
-/* The holder's thread: touches the lock every stale_s / 5. The lock is lost when another
+/* The holder's thread: touches the lock every stale_s / 5. The lock is lost (1) when another
  * holder's text is in it. When it is gone (removed by hand, or moved aside for a moment by
- * a process judging it), it is created again with O_EXCL: whoever else creates it first has
- * it. A failure to read or touch it is let pass until no touch has succeeded for stale_s / 2,
- * before anyone may judge it stale. */
+ * a process judging it) and was touched less than stale_s / 2 ago, nobody can have judged it
+ * stale: it is created again with O_EXCL (whoever else creates it first has it). Gone after a
+ * longer silence (this process stopped, SIGSTOP or a stall), another trainer may have taken
+ * it over and released it since: lost (3). A failure to read or touch it (or a dangling link
+ * in its place) is let pass until no touch has succeeded for stale_s / 2: lost (2). */
 static void *heartbeat(void *arg) {
   (void)arg;
   double every = GJ_MAX(lk.stale_s / 5, 0.05), next = gj_now() + every, ok_at = gj_now();
@@ -453,10 +455,15 @@ static void *heartbeat(void *arg) {
       nanosleep(&ts, NULL);
       st = lock_look(&err);
     }
+    if (st == 2 && gj_now() - ok_at > lk.stale_s / 2) {
+      lk.lost = 3;
+      break;
+    }
     if (st == 2) {
       int fd = open(lk.path, O_WRONLY | O_CREAT | O_EXCL, 0644);
       if (fd < 0) st = errno == EEXIST ? lock_look(&err) : (err = errno, 3);
-      else {
+      if (fd < 0 && st == 2) st = 3, err = ENOENT; /* a dangling symbolic link in its place */
+      if (fd >= 0) {
         size_t len = strlen(lk.text);
         int bad = write(fd, lk.text, len) != (ssize_t)len;
         err = errno;

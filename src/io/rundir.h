@@ -7,8 +7,9 @@
  * holder touches it every GJ_LOCK_STALE_S / 5 seconds. A lock is stale, and is taken over
  * with a warning, when its holder is a dead process on this host, or when it has not been
  * touched for GJ_LOCK_STALE_S seconds (default 300; a holder on another host that crashed).
- * A lock removed under its holder is created again by it; a holder that finds another's text
- * in it, or cannot refresh it for GJ_LOCK_STALE_S / 2, stops without saving. It is removed when the holder exits, also after an error or a second interrupt. */
+ * A lock removed under its holder is created again by it (unless the holder had not touched it
+ * for GJ_LOCK_STALE_S / 2: then it stops); a holder that finds another's text in it, or cannot
+ * refresh it for GJ_LOCK_STALE_S / 2, stops without saving. It is removed when the holder exits, also after an error or a second interrupt. */
 #ifndef GJ_IO_RUNDIR_H
 #define GJ_IO_RUNDIR_H
 
@@ -57,7 +58,9 @@ int gj_rundir_clean_tmp(const char *dir, int *removed);
 int gj_rundir_lock(const char *dir);
 void gj_rundir_unlock(void);
 /* 0 while this process holds the lock (or holds none); 1 when another process has taken it;
- * 2 when it could not be read or touched for GJ_LOCK_STALE_S / 2 (anyone may take it soon). */
+ * 2 when it could not be read or touched for GJ_LOCK_STALE_S / 2 (anyone may take it soon);
+ * 3 when it was gone after this process had not touched it for GJ_LOCK_STALE_S / 2 (stopped:
+ * another process may have taken it over, and released it, since). */
 int gj_rundir_lock_lost(void);
 
 #endif

@@ -272,9 +272,11 @@ static int loop_step(loop_state *s, int *stop) {
   GJ_TRY(gj_allreduce_max_int(g->world, want, 3));
   if (want[2])
     return GJ_FAIL("%s: %s: stopping at step %lld without saving", o->run_dir,
-                   want[2] == 1 ? "another process has taken the run directory's lock"
-                                : "the run directory's lock could not be refreshed for GJ_LOCK_STALE_S / 2 (another "
-                                  "process may take it)",
+                   want[2] == 1   ? "another process has taken the run directory's lock"
+                   : want[2] == 2 ? "the run directory's lock could not be refreshed for GJ_LOCK_STALE_S / 2 (another "
+                                    "process may take it)"
+                                  : "the run directory's lock is gone after this run had not refreshed it for "
+                                    "GJ_LOCK_STALE_S / 2 (stopped or stalled: another process may have taken it over since)",
                    (long long)step);
   /* a stop (a signal, or a budget without room for it) leaves a validation out, not the last step's */
   if (eval_due && (!(want[0] || want[1]) || step == o->steps)) {
