@@ -146,14 +146,14 @@ START_TEST(test_decode_bad_id) {
 }
 END_TEST
 
-/* gptj decode's input: ids of decimal digits separated by any white space (\v and \f too);
- * a sign or other characters are refused with the token's number. */
+/* gptj decode's input: ids of decimal digits (leading zeros too) separated by any white space
+ * (\v and \f too); a sign or other characters are refused with the token's number. */
 START_TEST(test_decode_command) {
   struct { const char *in; int rc; const char *out; } c[] = {
       {"15496 995", 0, "Hello world"},       {"15496\\v995\\n", 0, "Hello world"},
-      {"\\f15496\\t995", 0, "Hello world"}, {"0015496", 0, "Hello"},
-      {"+15496", 1, "token 1 is not an integer"}, {"15496 -0", 1, "token 2: id -0 is outside the vocabulary"},
-      {"15496x", 1, "token 1 is not an integer"}, {"1 99999999999999", 1, "token 2: id 99999999999999 is outside"}};
+      {"\\f15496\\t995", 0, "Hello world"}, {"000000000000015496 0000000000", 0, "Hello!"},
+      {"+15496", 1, "token 1 is not an id (decimal digits)"}, {"15496 -0", 1, "token 2 is not an id"},
+      {"15496x", 1, "token 1 is not an id"}, {"1 99999999999999", 1, "token 2: id 99999999999999 is outside"}};
   char log[1400];
   snprintf(log, sizeof log, "%s/decode.log", OUT);
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {

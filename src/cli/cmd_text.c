@@ -94,11 +94,11 @@ int gj_cmd_decode(int argc, char **argv) {
   while (!rc && *p) {
     while (*p && strchr(ws, *p)) p++;
     if (!*p) break;
-    char *q = p + (*p == '-'), *end = q + strspn(q, "0123456789");
+    char *end = p + strspn(p, "0123456789"), *q = p + strspn(p, "0"); /* q: the significant digits */
     k++;
-    if (end == q || (*end && !strchr(ws, *end)))
-      rc = GJ_FAIL("stdin: token %zu is not an integer", k);
-    else if (*p == '-' || end - q > 9 || strtol(q, NULL, 10) >= gj_tokenizer_vocab_size(t))
+    if (end == p || (*end && !strchr(ws, *end)))
+      rc = GJ_FAIL("stdin: token %zu is not an id (decimal digits)", k);
+    else if (end - q > 9 || strtol(q, NULL, 10) >= gj_tokenizer_vocab_size(t))
       rc = GJ_FAIL("stdin: token %zu: id %.*s is outside the vocabulary [0, %d)", k, (int)GJ_MIN(end - p, 40), p,
                    gj_tokenizer_vocab_size(t));
     else

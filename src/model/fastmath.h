@@ -13,7 +13,7 @@
 
 static inline __attribute__((always_inline)) float gj_expf(float x) {
   x = x < -87.3f ? -87.3f : x; /* a select once built with -fno-trapping-math */
-  x = x > 89.0f ? 89.0f : x;    /* exp(89) overflows: the scale below is then 2^128, infinity */
+  x = x > 89.0f ? 89.0f : x;    /* past the overflow: the scale below is then 2^128, infinity */
   /* round to nearest by adding and removing 1.5 * 2^23 (vectorises, unlike rintf) */
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = fmaf(n, -0.693359375f, x);
@@ -27,7 +27,8 @@ static inline __attribute__((always_inline)) float gj_expf(float x) {
   p = fmaf(p, r * r, r) + 1.0f;
   /* n is in [-126, 0] for the arguments the kernels pass (x <= 0); a NaN argument gives a NaN
    * p, and its scale must come from a defined conversion (the select maps NaN to -127: scale 0,
-   * p * 0 NaN); n is at most 128 (x <= 89), whose scale is infinity: exp overflows, as expf */
+   * p * 0 NaN); n is at most 128 (x <= 89), whose scale is infinity: from x = 88.3763 (n = 128)
+   * on the result is infinity, where expf overflows from 88.7228 (the kernels pass x <= 0) */
   int32_t bits = ((int32_t)(n > -127.0f ? n : -127.0f) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
