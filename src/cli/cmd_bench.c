@@ -256,6 +256,19 @@ static int figures(bench_ctx *x, bench_figures *f) {
   if (peak > x->peak) x->peak = peak, x->peak_how = how;
   f->mfu = x->peak > 0 ? f->flops_rank / x->peak : 0;
   f->geff_best = f->best_rate > 0 ? f->gemm_flops / f->step / f->best_rate : 0;
+  /* a ratio above 1 means its ceiling was measured low (another process had a core: OpenMP
+   * threads waiting for a descheduled one read 20 GFLOP/s for 400): measured again, up to
+   * three times, keeping the best */
+  for (int k = 0; k < 3 && f->mfu > 1; k++) {
+    peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &how);
+    if (peak > x->peak) x->peak = peak, x->peak_how = how;
+    f->mfu = x->peak > 0 ? f->flops_rank / x->peak : 0;
+  }
+  for (int k = 0; k < 3 && f->geff_best > 1; k++) {
+    const double rate = gj_gemm_recorded_rate(0.3); /* once: GJ_MAX evaluates its arguments twice */
+    f->best_rate = GJ_MAX(f->best_rate, rate);
+    f->geff_best = f->gemm_flops / f->step / f->best_rate;
+  }
   if (f->replay <= 0) f->geff = f->geff_best; /* no replays: the peak RSS mark cannot be reset here */
   /* the breakdown is a mean over the measured steps: compare it with the mean step */
   f->mean = 0;
