@@ -335,6 +335,14 @@ START_TEST(test_generate_tokens) {
   ck_assert_int_eq(edit_ckpt(ck, dst, "lm_head.bias", "a[50256] = 30"), 0);
   snprintf(dst, sizeof dst, "%s/huge.h5", OUT);
   ck_assert_int_eq(edit_ckpt(ck, dst, "lm_head.weight,transformer.ln_f.bias", "a.fill(1e30)"), 0);
+  snprintf(dst, sizeof dst, "%s/nul.h5", OUT); /* id 188 is the byte 0 */
+  ck_assert_int_eq(edit_ckpt(ck, dst, "lm_head.bias", "a[188] = 30"), 0);
+  /* the text is every byte: the prompt's (given or decoded from its ids) and the new ones, NULs
+   * included (printf's %s cut it at the first) */
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s/nul.h5 --prompt-ids 64 --temperature 0 --max-new-tokens 3 2>/dev/null "
+                      "| od -An -c | tr -s ' ' | grep -qx ' a \\\\0 \\\\0 \\\\0 \\\\n'", B_, OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 --max-new-tokens 2 2>/dev/null "
+                      "| od -An -c | tr -s ' ' | grep -qx ' a b \\\\0 \\\\0 \\\\n'", B_, OUT), 0);
   for (int seed = 0; seed < 4; seed++) {
     snprintf(args, sizeof args, "generate --checkpoint %s/pad.h5 --prompt-ids 464,9002 --ids --max-new-tokens 6 %s%d",
              OUT, seed ? "--temperature 1 --top-p 1 --seed " : "--temperature 0 --seed ", seed);

@@ -268,7 +268,9 @@ static int fit_prompt(const gj_ids *ids, const char *flag, int64_t V, int64_t T,
       gj_info("note: the context of %lld tokens holds the prompt's %zu and %lld new ones (not --max-new-tokens)",
               (long long)T, ids->n, (long long)*max_new);
   }
-  if (*max_new < 1) return GJ_FAIL("the prompt (%zu tokens) fills the context of %lld", ids->n, (long long)T);
+  if (*max_new < 1)
+    return GJ_FAIL("%s: the prompt has %zu tokens, more than the context of %lld leaves room for (at most %lld, "
+                   "with one new token): shorten it", flag, ids->n, (long long)T, (long long)T);
   return 0;
 }
 
@@ -312,7 +314,8 @@ static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, samp
   return rc;
 }
 
-/* Rank 0's output: every id, or the prompt and the text of the new ids. */
+/* Rank 0's output: every id, or the text: the prompt as given (--prompt) or decoded
+ * (--prompt-ids), then the new ids' bytes, all of them (a NUL byte is a byte like another). */
 static int print_generated(const gj_ids *ids, size_t n_prompt, int print_ids, const char *prompt,
                            gj_tokenizer *tok) {
   int rc = 0;
@@ -321,8 +324,9 @@ static int print_generated(const gj_ids *ids, size_t n_prompt, int print_ids, co
     printf("\n");
   } else {
     gj_bytes out = {0};
-    rc = gj_tokenizer_decode(tok, ids->v + n_prompt, ids->n - n_prompt, &out);
-    if (!rc) printf("%s%s\n", prompt ? prompt : "", out.v);
+    if (prompt) rc = gj_bytes_append(&out, prompt, strlen(prompt));
+    if (!rc) rc = gj_tokenizer_decode(tok, ids->v + (prompt ? n_prompt : 0), ids->n - (prompt ? n_prompt : 0), &out);
+    if (!rc) fwrite(out.v, 1, out.n, stdout), putchar('\n');
     free(out.v);
   }
   fflush(stdout);
@@ -355,7 +359,8 @@ int gj_cmd_generate(int argc, char **argv) {
       {NULL}};
   gj_cmdline cl = {"gptj generate --checkpoint FILE | --hf DIR --prompt TEXT [options]",
                    "Continues a prompt with a KV cache: greedy (--temperature 0) or sampled with\n"
-                   "temperature, top-k and top-p. Stops at <|endoftext|> or --max-new-tokens.",
+                   "temperature, top-k and top-p. Stops at <|endoftext|> or --max-new-tokens. Prints\n"
+                   "the prompt's text and the new text (every byte), or with --ids every id.",
                    opts, NULL, NULL, NULL, 0};
   gj_tokenizer *tok = NULL;
   gj_ids ids = {0};
