@@ -192,7 +192,7 @@ int gj_parse_f64(const char *s, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v)) return -1;
+  if ((errno && errno != ERANGE) || *end || !isfinite(v)) return -1; /* underflow: the tiny value (1e-310) */
   *out = v;
   return 0;
 }

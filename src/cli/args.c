@@ -41,7 +41,7 @@ static int set_opt(const gj_opt *o, const char *v) {
     double x;
     if (gj_parse_f64(v, &x)) return GJ_FAIL("--%s: expected a number, got '%s'", o->name, v);
     if (o->min <= o->max && (x < o->min || x > o->max))
-      return GJ_FAIL("--%s: %g is out of range [%g, %g]", o->name, x, o->min, o->max);
+      return GJ_FAIL("--%s: %s is out of range [%g, %g]", o->name, v, o->min, o->max);
     *(double *)o->dst = x;
     return 0;
   }
