@@ -322,7 +322,7 @@ static double stale_seconds(void) {
 }
 
 static int read_text(const char *path, char *buf, size_t n) {
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO in the lock's place reads empty, not blocks */
   if (fd < 0) return -1;
   ssize_t r = read(fd, buf, n - 1);
   close(fd);
@@ -422,7 +422,7 @@ static int slurm_holder_ended(const char *text) {
  * not be read or touched (an I/O error, a stale NFS handle, no file descriptors left). */
 static int lock_look(int *err) {
   char text[1024];
-  int fd = open(lk.path, O_RDONLY);
+  int fd = open(lk.path, O_RDONLY | O_NONBLOCK);
   if (fd < 0) return *err = errno, errno == ENOENT ? 2 : 3;
   ssize_t r = read(fd, text, sizeof text - 1);
   *err = errno;
