@@ -318,7 +318,7 @@ rows=(
 "0|--out is an option of --from-hf|convert --to-hf $w/hfo4 --checkpoint $ck --out $w/x.h5"
 "0|--out $w/rhf: holds a sharded model (model.safetensors.index.json)|random-hf --preset tiny --out $w/rhf"
 "0|--vocab-dir $w/v70k: 70000 ids, more than the 65,536 a token file's uint16 ids hold|tokenize --vocab-dir $w/v70k --out $w/x.h5 $top/data/brown-valid.txt"
-"0|--vocab-dir $w/veot: id 50256 is not <|endoftext|>|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
+"0|--vocab-dir $w/veot: id 50256 is not <|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"
 "0|random-hf: the model has rotary_dim 0|random-hf --preset tiny --rotary_dim 0 --out $w/rh0"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
