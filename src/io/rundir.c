@@ -418,17 +418,21 @@ static int slurm_holder_ended(const char *text) {
   return !slurm_state_live(out);
 }
 
+/* The lock's text written to its new file fd, synced, and fd closed: 0, or -1 (errno set). */
+static int lock_write(int fd, const char *text) {
+  size_t len = strlen(text);
+  int e = write(fd, text, len) == (ssize_t)len ? 0 : errno ? errno : EIO; /* the first failure's */
+  if (fsync(fd) && !e) e = errno;
+  if (close(fd) && !e) e = errno;
+  if (e) errno = e;
+  return e ? -1 : 0;
+}
+
 /* One look at the lock: 0 ours (and touched now), 1 another holder's text, 2 absent, 3 could
  * not be read or touched (an I/O error, a stale NFS handle, no file descriptors left). */
 static int lock_look(int *err) {
   char text[1024];
-  int fd = open(lk.path, O_RDONLY | O_NONBLOCK);
-  if (fd < 0) return *err = errno, errno == ENOENT ? 2 : 3;
-  ssize_t r = read(fd, text, sizeof text - 1);
-  *err = errno;
-  close(fd);
-  if (r < 0) return 3;
-  text[r] = 0;
+  if (read_text(lk.path, text, sizeof text)) return *err = errno, errno == ENOENT ? 2 : 3;
   if (!strstr(text, lk.token)) return 1;
   if (utimensat(AT_FDCWD, lk.path, NULL, 0)) return *err = errno, 3;
   return 0;
@@ -464,12 +468,8 @@ static void *heartbeat(void *arg) {
       if (fd < 0) st = errno == EEXIST ? lock_look(&err) : (err = errno, 3);
       if (fd < 0 && st == 2) st = 3, err = ENOENT; /* a dangling symbolic link in its place */
       if (fd >= 0) {
-        size_t len = strlen(lk.text);
-        int bad = write(fd, lk.text, len) != (ssize_t)len;
-        err = errno;
-        bad |= close(fd) != 0;
-        st = bad ? 3 : 0;
-        if (!bad) gj_warn("%s: the lock was removed while this run held it: taken again", lk.path);
+        st = lock_write(fd, lk.text) ? (err = errno, 3) : 0;
+        if (!st) gj_warn("%s: the lock was removed while this run held it: taken again", lk.path);
       }
     }
     if (st == 1) {
@@ -512,11 +512,7 @@ static void lock_text(char *text, size_t n) {
 
 /* The lock was created (fd): write it, hold it, start the heartbeat. */
 static int lock_taken(int fd, const char *text) {
-  size_t len = strlen(text);
-  int bad = write(fd, text, len) != (ssize_t)len;
-  bad |= fsync(fd) != 0;
-  bad |= close(fd) != 0;
-  if (bad) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
+  if (lock_write(fd, text)) return unlink(lk.path), GJ_FAIL("%s: cannot write the lock: %s", lk.path, strerror(errno));
   lk.held = 1, lk.stop = 0, lk.lost = 0;
   snprintf(lk.text, sizeof lk.text, "%s", text);
   gj_tmp_register(lk.path); /* removed also when a second interrupt ends the process */
