@@ -2,6 +2,7 @@
  * stdin is read whole (a pipe, a FIFO or a file), then the result is written to stdout;
  * a write error (a full disk, a closed stdout) is an error, not a short output. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +97,14 @@ int gj_cmd_decode(int argc, char **argv) {
     if (!*p) break;
     char *end = p + strspn(p, "0123456789"), *q = p + strspn(p, "0"); /* q: the significant digits */
     k++;
+    long v = end - q > 9 ? LONG_MAX : strtol(q, NULL, 10); /* at most 9 digits: no overflow */
     if (end == p || (*end && !strchr(ws, *end)))
       rc = GJ_FAIL("stdin: token %zu is not an id (decimal digits)", k);
-    else if (end - q > 9 || strtol(q, NULL, 10) >= gj_tokenizer_vocab_size(t))
+    else if (v >= gj_tokenizer_vocab_size(t))
       rc = GJ_FAIL("stdin: token %zu: id %.*s is outside the vocabulary [0, %d)", k, (int)GJ_MIN(end - p, 40), p,
                    gj_tokenizer_vocab_size(t));
     else
-      rc = gj_ids_push(&ids, (int32_t)strtol(q, NULL, 10));
+      rc = gj_ids_push(&ids, (int32_t)v);
     p = end;
   }
   if (!rc) rc = gj_tokenizer_decode(t, ids.v, ids.n, &out);

@@ -61,8 +61,8 @@ double gj_ce_loss(float *lse, const float *mx, const float *stats, const int32_t
     double z = (double)mx[i] + log((double)stats[i]);
     lse[i] = (float)z;
     if (targets[i] < 0) continue;
-    loss += z - stats[N + i] + zloss * z * z;
-    zs += zloss * z * z;
+    const double zt = zloss * z * z;
+    loss += z - stats[N + i] + zt, zs += zt;
     nv++;
   }
   *n_valid = nv;
