@@ -29,18 +29,18 @@ int gj_config_preset(gj_config *c, const char *name) {
 }
 
 int gj_config_set(gj_config *c, const char *key, const char *value) {
-  struct { const char *key; int64_t *dst; } ints[] = {
-      {"vocab_size", &c->vocab_size}, {"n_positions", &c->n_positions},
-      {"n_embd", &c->n_embd},         {"n_layer", &c->n_layer},
-      {"n_head", &c->n_head},         {"rotary_dim", &c->rotary_dim},
-      {"n_inner", &c->n_inner},
+  /* min: the least value; rotary_dim 0 is no rotary embedding at all */
+  struct { const char *key; int64_t *dst; int64_t min; } ints[] = {
+      {"vocab_size", &c->vocab_size, 1}, {"n_positions", &c->n_positions, 1},
+      {"n_embd", &c->n_embd, 1},         {"n_layer", &c->n_layer, 1},
+      {"n_head", &c->n_head, 1},         {"rotary_dim", &c->rotary_dim, 0},
+      {"n_inner", &c->n_inner, 1},
   };
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
     if (strcmp(key, ints[i].key)) continue;
     int64_t v;
-    int zero_ok = ints[i].dst == &c->rotary_dim; /* 0: no rotary embedding at all */
-    if (gj_parse_i64(value, &v) || v < !zero_ok || v > ((int64_t)1 << 31))
-      return GJ_FAIL("%s: expected a %s integer, got '%s'", key, zero_ok ? "non-negative" : "positive", value);
+    if (gj_parse_i64(value, &v) || v < ints[i].min || v > ((int64_t)1 << 31))
+      return GJ_FAIL("%s: expected a %s integer, got '%s'", key, ints[i].min ? "positive" : "non-negative", value);
     *ints[i].dst = v;
     return 0;
   }
