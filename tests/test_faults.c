@@ -29,6 +29,9 @@ static int gptj(int np, const char *log, const char *fmt, ...) {
 
 static int grep(const char *log, const char *pattern) { return sh("grep -q -- '%s' %s", pattern, log) == 0; }
 
+/* A shell fragment: wait (up to 10 s) until the log (the next %s) has a line matching pat. */
+#define WAIT_LOG(pat) "for i in $(seq 200); do grep -q '" pat "' %s 2>/dev/null && break; sleep 0.05; done; "
+
 /* Two trainers on one run directory: the second is refused naming the first; the first goes
  * on. A lock left by a killed trainer, or by a process on another host that has not touched
  * it for GJ_LOCK_STALE_S or whose Slurm job has ended, is taken over; a fresh one of another
@@ -40,7 +43,7 @@ START_TEST(test_lock) {
   snprintf(log2, sizeof log2, "%s/lock2.log", OUT);
   sh("rm -rf %s", run);
   int rc = sh("%s/gptj train %s --data %s --steps 100000 --run-dir %s >%s 2>&1 & p=$!; echo $p > %s.pid; "
-              "for i in $(seq 200); do grep -q 'step 2/' %s 2>/dev/null && break; sleep 0.05; done; "
+              WAIT_LOG("step 2/")
               "%s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
               "kill -USR1 $p; wait $p; f=$?; [ $e -eq 1 ] && [ $f -eq 0 ]",
               B_, COMMON, DATA, run, log, run, log, B_, COMMON, DATA, run, log2);
@@ -50,7 +53,7 @@ START_TEST(test_lock) {
   ck_assert(sh("test ! -e %s/lock", run) == 0); /* released at exit */
   /* kill -9 leaves the lock; the next trainer on this host sees its process is gone */
   rc = sh("%s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
-          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; "
+          WAIT_LOG("step .*/100000")
           "kill -9 $p; wait $p; test -e %s/lock", B_, COMMON, DATA, run, log, log, run);
   ck_assert_msg(rc == 0, "kill -9 did not leave a lock behind");
   ck_assert_int_eq(gptj(0, log, "train %s --data %s --steps 1 --run-dir %s --resume auto", COMMON, DATA, run), 0);
@@ -87,7 +90,7 @@ START_TEST(test_lock) {
   sh("rm -f %s/lock", run); /* the last one was respected */
   /* a short GJ_LOCK_STALE_S: the holder's heartbeat keeps its lock fresh */
   rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
-          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; sleep 2.5; "
+          WAIT_LOG("step .*/100000") "sleep 2.5; "
           "GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
           "kill -USR1 $p; wait $p; [ $e -eq 1 ]", B_, COMMON, DATA, run, log, log, B_, COMMON, DATA, run, log2);
   ck_assert_msg(rc == 0, "a live holder's lock expired");
@@ -95,7 +98,7 @@ START_TEST(test_lock) {
    * when another holder's text is in it */
   sh("rm -rf %s", run);
   rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s >%s 2>&1 & p=$!; echo $p > %s.pid; "
-          "for i in $(seq 200); do grep -q 'step .*/100000' %s 2>/dev/null && break; sleep 0.05; done; "
+          WAIT_LOG("step .*/100000")
           "rm %s/lock; for i in $(seq 100); do grep -q 'taken again' %s && break; sleep 0.05; done; "
           "grep -q \"pid $p host\" %s/lock || { kill $p; exit 9; }; "
           "printf 'gptj train: pid 1 host elsewhere job - since 2026-01-01T00:00:00Z token y\\n' > %s/lock.new; "
@@ -112,7 +115,7 @@ START_TEST(test_lock) {
   sh("rm -rf %s", run);
   rc = sh("(unshare --uts sh -c 'hostname gj-elsewhere; exec env GJ_LOCK_STALE_S=2 %s/gptj train %s --data %s --steps 100000 "
           "--run-dir %s' >%s 2>&1 & echo $! >%s.pid; wait) & "
-          "for i in $(seq 200); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.05; done; p=$(cat %s.pid); "
+          WAIT_LOG("step 3/") "p=$(cat %s.pid); "
           "kill -STOP $p && sleep 2.5 && GJ_LOCK_STALE_S=2 %s/gptj train %s --data %s --steps 3 --run-dir %s >%s 2>&1; e=$?; "
           "kill -CONT $p; wait; exit $e",
           B_, COMMON, DATA, run, log, run, log, run, B_, COMMON, DATA, run, log2);
