@@ -756,7 +756,7 @@ START_TEST(test_megatron_read) {
       write_megatron(prefix, ids, seq, S, docs, 4, ts[t].code, ts[t].w);
       ck_assert_int_eq(gj_dataset_open(&d, prefix, 0), 0);
       ck_assert_int_eq(gj_dataset_get(&d, 700, 100, got), -1);
-      ck_assert_ptr_nonnull(strstr(gj_errmsg(), "token 777 has id -3"));
+      ck_assert_ptr_nonnull(strstr(gj_errmsg(), "token 777 has the negative id -3"));
       gj_dataset_free(&d);
     }
   }

@@ -299,8 +299,10 @@ static int get_any(const gj_dataset *d, uint64_t start, uint64_t n, int32_t *out
     int64_t v = (int64_t)u;
     if (d->is_signed && w < 8 && (u >> (8 * w - 1)) & 1) v = (int64_t)(u | ~(uint64_t)0 << (8 * w));
     if (v < 0 || v >= lim)
-      rc = GJ_FAIL("%s: token %llu has id %lld, not below the vocabulary size %lld", d->path,
-                   (unsigned long long)(start + i), (long long)v, (long long)d->max_id);
+      rc = v < 0 ? GJ_FAIL("%s: token %llu has the negative id %lld", d->path, (unsigned long long)(start + i),
+                           (long long)v)
+                 : GJ_FAIL("%s: token %llu has id %lld, not below the vocabulary size %lld", d->path,
+                           (unsigned long long)(start + i), (long long)v, (long long)d->max_id);
     else
       out[i] = (int32_t)v;
   }
