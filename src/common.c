@@ -203,8 +203,9 @@ double gj_now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static double meminfo(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
+/* A "Key: N kB" line of a /proc file, in bytes (0 if absent). */
+static double proc_kb(const char *file, const char *key) {
+  FILE *f = fopen(file, "r");
   if (!f) return 0;
   char line[256];
   double v = 0;
@@ -217,6 +218,8 @@ static double meminfo(const char *key) {
   fclose(f);
   return v;
 }
+static double meminfo(const char *key) { return proc_kb("/proc/meminfo", key); }
+double gj_self_rss_bytes(void) { return proc_kb("/proc/self/status", "VmRSS"); }
 
 /* A number from a cgroup file ("max" and v1's near-2^63 "no limit" give -1). */
 static double cg_number(const char *dir, const char *file) {
@@ -316,13 +319,6 @@ int gj_cgroup_memory(const char *proc_cgroup, const char *root, gj_cgroup_mem *o
 static void cgroup_self(gj_cgroup_mem *cg) {
   const char *root = getenv("GJ_CGROUP_ROOT"); /* tests: a cgroup tree of their own */
   gj_cgroup_memory("/proc/self/cgroup", root && *root ? root : "/sys/fs/cgroup", cg);
-}
-
-double gj_mem_total_bytes(void) {
-  gj_cgroup_mem cg;
-  cgroup_self(&cg);
-  double t = meminfo("MemTotal");
-  return cg.limit >= 0 && (t <= 0 || cg.limit < t) ? cg.limit : t;
 }
 
 double gj_mem_available_bytes(void) {

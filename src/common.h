@@ -52,11 +52,12 @@ int gj_parse_i64(const char *s, int64_t *out);
 int gj_parse_f64(const char *s, double *out);
 
 double gj_now(void); /* monotonic seconds */
-/* Total and available memory in bytes: /proc/meminfo's, or less where the process's cgroup
+/* Available memory in bytes: /proc/meminfo's MemAvailable, or less where the process's cgroup
  * (v1 or v2; what Slurm's --mem sets) limits it (0 if unknown). GJ_CGROUP_ROOT replaces
  * /sys/fs/cgroup (tests). */
-double gj_mem_total_bytes(void);
 double gj_mem_available_bytes(void);
+/* This process's resident memory now (VmRSS), bytes; 0 if /proc cannot tell. */
+double gj_self_rss_bytes(void);
 /* The ranks of this job on this node (main sets it under MPI; 1 by default), and
  * gj_mem_available_bytes() divided by them: what one rank may hold. */
 void gj_set_node_ranks(int n);

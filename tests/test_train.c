@@ -130,6 +130,48 @@ START_TEST(test_zloss_logged) {
 }
 END_TEST
 
+/* The GEMM-rate probe (train's GEMM efficiency) allocates the largest product's operands for a
+ * moment: under a --mem-per-rank-gb that the run fits but the probe does not, it is left out
+ * (a note, "GEMM eff -", gemm_eff null) and the peak RSS stays under the budget; without a
+ * budget it runs. */
+START_TEST(test_probe_memory) {
+  char args[2048], log[1400];
+  snprintf(log, sizeof log, "%s/pm.log", OUT);
+  snprintf(args, sizeof args, "train %s --data %s --steps 2 --micro-batch 8 --run-dir %s/pm --mem-per-rank-gb 0.001",
+           COMMON, DATA, OUT);
+  ck_assert_int_ne(gptj(0, args, log), 0);
+  FILE *f = fopen(log, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[4096];
+  double need = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, "the model needs ")) need = atof(strstr(line, "the model needs ") + 16);
+  fclose(f);
+  ck_assert_msg(need > 0.05 && need < 1, "need %g", need);
+  /* the run's own need and a little (the probe of this model is about 60 MB) */
+  snprintf(args, sizeof args, "train %s --data %s --steps 2 --micro-batch 8 --run-dir %s/pm --mem-per-rank-gb %.3f",
+           COMMON, DATA, OUT, need + 0.03);
+  sh("rm -rf %s/pm", OUT);
+  int rc = gptj(0, args, log);
+  if (rc) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(sh("grep -q 'note: GEMM efficiency is not measured: the GEMM-rate probe needs' %s", log), 0);
+  ck_assert_int_eq(sh("grep -q 'step 2/2 .*| GEMM eff - |' %s", log), 0);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json\n"
+                      "r = [json.loads(l) for l in open('%s/pm/metrics.jsonl')]\n"
+                      "assert all(x['gemm_eff'] is None for x in r if 'loss' in x), r\n"
+                      "assert max(x['rss_bytes'] for x in r if 'loss' in x) < %.0f, r\n\"",
+                      OUT, (need + 0.03) * 1e9), 0);
+  /* no budget: measured */
+  snprintf(args, sizeof args, "train %s --data %s --steps 2 --micro-batch 8 --run-dir %s/pm --overwrite", COMMON, DATA, OUT);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_ne(sh("grep -q 'GEMM efficiency is not measured' %s", log), 0);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json\n"
+                      "r = [json.loads(l) for l in open('%s/pm/metrics.jsonl')]\n"
+                      "assert all(x['gemm_eff'] > 0 for x in r if 'loss' in x), r\n\"", OUT), 0);
+}
+END_TEST
+
 /* The optimizer in backward (--optimizer-in-backward 1, --clip 0) equals the ordinary step
  * without clipping bit for bit: at (1,1) with bf16 and two micro-batches a step, and at (2,2);
  * the parameters and both moments of the head, a layer and the embedding are identical. A NaN
@@ -470,6 +512,60 @@ START_TEST(test_plan_precision) {
 }
 END_TEST
 
+/* A number of gptj plan's output: the first double after `key` on a line that has it. */
+static double plan_value(const char *log, const char *key) {
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  double v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, key)) {
+      v = atof(strstr(line, key) + strlen(key));
+      break;
+    }
+  if (f) fclose(f);
+  return v;
+}
+
+/* gptj plan's step time: recomputation adds the forward up to the two output projections (q, k,
+ * v, fc_in and the attention: 2 (3 D^2 + D F) + 4 D T FLOPs per layer and token), ZeRO-1's DP
+ * traffic is all exposed (its collectives run after backward and after the update), and a TP
+ * group wider than a node is priced at the network's bandwidth, with a warning. */
+START_TEST(test_plan_times) {
+  char args[2048], log[1400];
+  snprintf(log, sizeof log, "%s/plant.log", OUT);
+  const char *shape = "plan --preset tiny --n_layer 2 --n_embd 64 --n_head 4 --rotary_dim 16 --n_inner 256 "
+                      "--seq-len 32 --micro-batch 2 --sgemm-gflops 0.001 --mem-gbps 10";
+  double comp[2];
+  for (int r = 0; r < 2; r++) {
+    snprintf(args, sizeof args, "%s --recompute %d", shape, r);
+    ck_assert_int_eq(gptj(0, args, log), 0);
+    comp[r] = plan_value(log, "  compute ");
+  }
+  const double extra = (2 * 2.0 * (3 * 64.0 * 64 + 64.0 * 256) + 4 * 2.0 * 64 * 32) * 64 / 1e6; /* s at 1 MFLOP/s */
+  ck_assert_msg(fabs(comp[1] - comp[0] - extra) < 2e-3, "recompute adds %.3f s, expected %.3f", comp[1] - comp[0], extra);
+  /* ZeRO-1 at DP 4: exposed = all of it; without it, the part that backward does not hide (the
+   * last bucket, the head's gradient written late) */
+  for (int z = 0; z < 2; z++) {
+    snprintf(args, sizeof args, "%s --n_embd 512 --n_inner 2048 --n_layer 4 --dp 4 --net-gbps 0.01 --zero %d", shape, z);
+    ck_assert_int_eq(gptj(0, args, log), 0);
+    double t = plan_value(log, "  DP communication "), e = plan_value(log, " GB/s, ");
+    ck_assert_msg(t > 0.1 && (z ? e == t : e < 0.8 * t), "zero %d: DP %.3f s, exposed %.3f s", z, t, e);
+  }
+  ck_assert_int_eq(sh("grep -q 'ZeRO-1: the reduce-scatter after backward and the all-gather after the update, "
+                      "not overlapped' %s", log), 0);
+  /* TP 4 on nodes of 2 ranks: the network's 0.5 GB/s, not the node's 50 */
+  snprintf(args, sizeof args, "%s --tp 4 --ranks-per-node 2 --net-gbps 0.5", shape);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q '^  TP communication .* s at 0.5 GB/s (the TP group spans nodes' %s", log), 0);
+  snprintf(args, sizeof args, "%s --tp 2 --ranks-per-node 2 --net-gbps 0.5", shape);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  ck_assert_int_eq(sh("grep -q '^  TP communication .* s at 50.0 GB/s$' %s", log), 0);
+  /* the memory: the process and the GEMM-rate probe are listed */
+  ck_assert_int_eq(sh("grep -q '^  process .* GB (libraries and MPI' %s", log), 0);
+  ck_assert(plan_value(log, "  GEMM-rate probe ") > 0);
+}
+END_TEST
+
 /* OpenBLAS's kernel is gptj's choice for the CPU, not the environment's: whatever
  * OPENBLAS_CORETYPE says (unset, OpenBLAS picks by itself), the same kernel runs and training
  * gives the same losses, bit for bit. Ranks that run different kernels (set here with
@@ -527,6 +623,8 @@ int main(void) {
   TU_ADD(s, test_tcp, "long", 900);
   TU_ADD(s, test_bf16, NULL, 900);
   TU_ADD(s, test_plan_precision, NULL, 300);
+  TU_ADD(s, test_plan_times, NULL, 300);
+  TU_ADD(s, test_probe_memory, NULL, 300);
   TU_ADD(s, test_bad_layout, NULL, 900);
   TU_ADD(s, test_nan_steps, NULL, 900);
   TU_ADD(s, test_skipped_step, NULL, 900);

@@ -22,6 +22,7 @@
 #include "model/gptj.h"
 #include "model/state.h"
 #include "optim/adamw.h"
+#include "parallel/dp.h"
 #include "parallel/grid.h"
 #include "train/step.h"
 
@@ -119,8 +120,10 @@ static int setup(bench_ctx *x) {
                         o->B, o->T, omp_get_max_threads()));
   const int64_t tokens = o->B * o->T * x->g.dp_size;
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, 1, tokens, &ms.grads));
-  GJ_TRY(gj_mem_check(x->g.world, (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16,
-                      "parameters, gradients, AdamW, activations and bf16 copies",
+  GJ_TRY(gj_mem_check(x->g.world,
+                      (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16 +
+                          gj_dp_staging_bytes(x->g.dp_size) + gj_self_rss_bytes(),
+                      "parameters, gradients, AdamW, activations, bf16 copies, DP buffers and this process so far",
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
   int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, 1)
                   : gj_state_create_rows(&x->st, &x->c, &x->g, (int)o->zero, tokens);

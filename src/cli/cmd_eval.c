@@ -98,9 +98,10 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   if (!rc) rc = lean16 ? gj_state_weights16_bytes(&c, g->tp_size, &wbytes) : (wbytes = ms.params, 0);
   if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
   char detail[256];
-  snprintf(detail, sizeof detail, "weights%s %.2f, activations %.2f", lean16 ? " in bf16" : "", wbytes / 1e9,
-           ms.acts / 1e9);
-  rc = gj_mem_check(w, (double)wbytes + ms.acts, detail, hint, mem_gb, NULL);
+  const double base = gj_self_rss_bytes(); /* libraries, MPI: what the process holds already */
+  snprintf(detail, sizeof detail, "weights%s %.2f, activations %.2f, this process so far %.2f",
+           lean16 ? " in bf16" : "", wbytes / 1e9, ms.acts / 1e9, base / 1e9);
+  rc = gj_mem_check(w, (double)wbytes + ms.acts + base, detail, hint, mem_gb, NULL);
   if (!rc) {
     rc = lean16 ? gj_state_create_weights16(st, &c, g) : gj_state_create_weights(st, &c, g);
     if (!rc) rc = gj_model_create(m, st, g, B, *T, keep, 0);

@@ -14,6 +14,7 @@
 #include "model/flops.h"
 #include "model/gptj.h"
 #include "model/state.h"
+#include "parallel/dp.h"
 #include "train/step.h"
 
 /* Bytes one rank sends per step in ring all-reduces (2 (p-1)/p of the data). */
@@ -64,8 +65,10 @@ int gj_cmd_plan(int argc, char **argv) {
       {"net-gbps", GJ_OPT_F64, &net, "network bandwidth per rank between nodes, GB/s (DP)", 1e-3, 1e6},
       {"tp-gbps", GJ_OPT_F64, &tpnet, "bandwidth per rank within a node, GB/s (TP)", 1e-3, 1e6},
       {"mem-gbps", GJ_OPT_F64, &mem_g, "memory bandwidth of one rank, GB/s, for the optimizer (0: measure here)", 0, 1e6},
-      {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory per rank, GB (0: this machine's memory / --ranks-per-node)", 0, 1e9},
-      {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node (for the memory per rank)", 1, 4096},
+      {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory per rank, GB (0: this machine's available memory, as "
+       "train's check takes it (MemAvailable, or the cgroup limit), / --ranks-per-node)", 0, 1e9},
+      {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node (for the memory per rank; a TP group larger spans "
+       "nodes, and its traffic goes at --net-gbps)", 1, 4096},
       {NULL}};
   gj_modelopts mo;
   int rc = gj_modelopts_parse(&mo, argc, argv, table, "gptj plan [--preset NAME] [options]",
@@ -104,17 +107,23 @@ int gj_cmd_plan(int argc, char **argv) {
   const int mode = gj_train_mode((int)oib, A); /* as train's */
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
   GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
-  /* DP staging: a bucket and a rank's piece of one */
-  double comm_buf = dp > 1 ? (double)((size_t)1 << 22) * 4 * (1.0 + 1.0 / dp) : 0;
-  double total = (double)ms.params + ms.grads + ms.moments + ms.acts + comm_buf;
-  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_total_bytes() / rpn;
+  /* what train's memory check counts: the DP staging (a bucket and a rank's piece of one) and
+   * the process itself (libraries, MPI: this one's stands in for train's) */
+  const double comm_buf = (double)gj_dp_staging_bytes((int)dp), base = gj_self_rss_bytes();
+  double total = (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16 + comm_buf + base;
+  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / rpn;
   int64_t N = B * T;
   double fpt = gj_flops_per_token(&c, T);
   double flops_step = fpt * tokens, flops_rank = flops_step / (dp * tp);
-  /* recomputation runs each layer's forward again (2 FLOPs per weight, plus attention) */
-  double layer_params = (double)c.n_layer * (4.0 * c.n_embd * c.n_embd + 2.0 * c.n_embd * c.n_inner);
-  double extra = recompute ? (2.0 * layer_params + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
+  /* recomputation runs each layer's forward again up to its two output projections: q, k, v and
+   * fc_in (2 FLOPs per weight) and the attention */
+  double recomputed = (double)c.n_layer * (3.0 * c.n_embd * c.n_embd + (double)c.n_embd * c.n_inner);
+  double extra = recompute ? (2.0 * recomputed + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
   double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
+  /* a TP group larger than a node's ranks sends over the network */
+  const int tp_spans = tp > rpn;
+  const double tp_rate = tp_spans ? GJ_MIN(tpnet, net) : tpnet;
+  const double probe = gj_probe_bytes_estimate(&c, (int)tp, N, ms.late_head, gp == GJ_PREC_BF16);
   /* without the optimizer in backward the embedding's gradient goes as the union of the ranks'
    * rows (at most the step's tokens) and a byte a row of the shard's vocabulary; ZeRO-1's
    * reduce-scatter still covers the whole block (zeros where the rows are) */
@@ -128,7 +137,7 @@ int gj_cmd_plan(int argc, char **argv) {
   if (mem_g > 0 && mem_g < 1e-3) return GJ_FAIL("--mem-gbps: %g is out of range [0.001, 1e6] (0: measure)", mem_g);
   double mrate = mem_g > 0 ? mem_g * 1e9 : mem_rate((int)threads);
   if (!(mrate > 0)) return GJ_FAIL("cannot measure the memory bandwidth here (out of memory?): give --mem-gbps");
-  double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tpnet * 1e9), t_dp = dp_bytes / (net * 1e9);
+  double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tp_rate * 1e9), t_dp = dp_bytes / (net * 1e9);
   /* The optimizer streams memory, it does not compute: AdamW reads parameters, gradients and
    * both moments and writes three of them (28 B per parameter of the rank's share, 1/DP of
    * it with ZeRO-1), and the gradient norm and the zeroing pass over the gradients (8 B). */
@@ -139,10 +148,13 @@ int gj_cmd_plan(int argc, char **argv) {
   double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params);
   double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
   double t_dp_exposed = dp > 1 ? GJ_MAX(t_dp - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
-  if (oib && dp > 1) t_dp_exposed = t_dp; /* each part's reduction waited for before its update */
+  /* each part's reduction waited for before its update; ZeRO-1's reduce-scatter runs after
+   * backward and its all-gather after the update, neither overlapped */
+  if ((oib || zero) && dp > 1) t_dp_exposed = t_dp;
   /* a late head gradient is final after the rest of backward: its reduction is exposed */
   if (ms.late_head && dp > 1)
     t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
+  t_dp_exposed = GJ_MIN(t_dp_exposed, t_dp); /* a bucket or the head can be more than what is sent */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s; %s\n",
@@ -161,9 +173,14 @@ int gj_cmd_plan(int argc, char **argv) {
   if (ms.late_head) /* gj_model's late_head */
     printf(" (and %.3f GB in the vocabulary head's gradient, written after backward)", ms.acts_in_grads / 1e9);
   printf("\n");
+  if (ms.w16) printf("  bf16 weight copies%12.3f GB\n", ms.w16 / 1e9);
   printf("  comm buffers      %12.3f GB\n", comm_buf / 1e9);
-  printf("  total             %12.3f GB   of %.3f GB available per rank: %s\n", total / 1e9,
-         avail / 1e9, total <= avail ? "fits" : "DOES NOT FIT");
+  printf("  process           %12.3f GB (libraries and MPI: this process's own)\n", base / 1e9);
+  printf("  total             %12.3f GB   of %.3f GB available per rank (%s): %s\n", total / 1e9,
+         avail / 1e9, mem_gb > 0 ? "--mem-per-rank-gb" : "this machine's, over --ranks-per-node",
+         total <= avail ? "fits" : "DOES NOT FIT");
+  printf("  GEMM-rate probe   %12.3f GB more for a moment at steps 1, 10, 100, ... (train's GEMM efficiency; "
+         "left out where it does not fit)\n", probe / 1e9);
   printf("per step:\n");
   printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
          recompute ? ", plus the recomputed forward" : "");
@@ -172,11 +189,15 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("time per step (estimate):\n");
   printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s%s)\n", t_comp, rate / 1e9,
          sgemm_g > 0 ? "given" : "measured here on the model's shapes: ", sgemm_g > 0 ? "" : gj_gemm_describe());
-  printf("  TP communication  %12.3f s at %.1f GB/s\n", t_tp, tpnet);
+  printf("  TP communication  %12.3f s at %.1f GB/s%s\n", t_tp, tp_rate,
+         tp_spans ? " (the TP group spans nodes: --tp above --ranks-per-node; keep TP within a node)" : "");
   printf("  optimizer         %12.3f s: %.4g B of memory traffic at %.1f GB/s (%s)\n", t_opt, opt_bytes, mrate / 1e9,
          mem_g > 0 ? "given" : "measured here");
-  printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (the rest overlaps backward)\n", t_dp, net,
-         t_dp_exposed);
+  printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (%s)\n", t_dp, net, t_dp_exposed,
+         dp == 1 ? "none: DP 1"
+         : zero ? "ZeRO-1: the reduce-scatter after backward and the all-gather after the update, not overlapped"
+         : oib  ? "the optimizer in backward waits for each part's reduction"
+                : "the rest overlaps backward");
   printf("  step              %12.3f s, %.0f tokens/s (compute + optimizer + TP + exposed DP)\n", t_step,
          tokens / t_step);
   return 0;

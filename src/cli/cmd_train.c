@@ -26,6 +26,7 @@
 #include "model/state.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "parallel/dp.h"
 #include "parallel/grid.h"
 #include "train/run.h"
 #include "train/step.h"
@@ -327,10 +328,13 @@ static int setup_model(train_ctx *x) {
   double tk = (double)o->micro_batch * (double)o->seq_len * (double)o->grad_accum * x->g.dp_size;
   const int64_t tokens = tk < 4e18 ? (int64_t)tk : (int64_t)4e18;
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, o->grad_accum, tokens, &ms->grads));
-  double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16;
-  char detail[256];
-  snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f",
-           ms->params / 1e9, ms->grads / 1e9, ms->moments / 1e9, ms->acts / 1e9, ms->w16 / 1e9);
+  /* and what the process holds already (libraries, MPI, the data's index), and DP staging */
+  const double comm = (double)gj_dp_staging_bytes(x->g.dp_size), base = gj_self_rss_bytes();
+  double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16 + comm + base;
+  char detail[320];
+  snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f, "
+           "DP buffers %.2f, this process so far %.2f", ms->params / 1e9, ms->grads / 1e9, ms->moments / 1e9,
+           ms->acts / 1e9, ms->w16 / 1e9, comm / 1e9, base / 1e9);
   int local = 1;
   GJ_TRY(gj_mem_check(x->g.world, need, detail,
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
@@ -471,7 +475,8 @@ static int train(train_ctx *x) {
   gj_run r = {.o = {o->run_dir, o->steps, o->log_every, o->eval_every, o->eval_batches, o->save_every,
                     o->keep, o->max_bad, o->compress, o->inject_nan, o->nan_part, o->max_time, x->meta.sched},
               .tr = &x->tr, .loader = &x->loader, .valid = o->valid_data ? &x->valid : NULL,
-              .meta = &x->meta, .B = o->micro_batch, .A = o->grad_accum, .T = o->seq_len};
+              .meta = &x->meta, .B = o->micro_batch, .A = o->grad_accum, .T = o->seq_len,
+              .mem_budget = o->mem_gb * 1e9};
   r.peak = print_summary(x);
   GJ_TRY(stop_point(o->run_dir, "measuring the peak"));
   /* the run directory changes from here on: a stop signal is handled after the first step */

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "model/gemm.h"
+#include "model/gptj.h"
 
 double gj_flops_per_token(const gj_config *c, int64_t T) {
   double N = (double)gj_config_n_params(c) - (double)c->vocab_size * c->n_embd;
@@ -42,4 +43,19 @@ double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double sec) {
     flops += f, time += f / r;
   }
   return flops / time;
+}
+
+/* A linear of n rows from in to out features: its three products (forward, the input's and the
+ * weight's gradients) each read and write n in + in out + n out floats. */
+static double lin(double n, double in, double out) { return n * in + in * out + n * out; }
+
+double gj_probe_bytes_estimate(const gj_config *c, int tp, int64_t N, int late_head, int bf16) {
+  const double D = (double)c->n_embd, Dl = (double)(c->n_head / tp) * gj_config_head_dim(c);
+  const double Fl = (double)(c->n_inner / tp), Vl = (double)(c->vocab_size / tp);
+  const double n = (double)N, R = (double)GJ_MIN(N, GJ_HEAD_ROWS);
+  double f = GJ_MAX(GJ_MAX(lin(n, D, Dl), lin(n, Dl, D)), GJ_MAX(lin(n, D, Fl), lin(n, Fl, D)));
+  f = GJ_MAX(f, lin(R, D, Vl) + Vl); /* the head's blocks, with the bias row */
+  if (late_head) f = GJ_MAX(f, lin(n, D, Vl));
+  /* in bf16 the inputs' copies too: at most the floats' count */
+  return f * (sizeof(float) + (bf16 ? sizeof(gj_bf16) : 0));
 }

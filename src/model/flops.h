@@ -19,4 +19,10 @@ double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds);
  * (q, k, v, out_proj, fc_in, fc_out per layer and lm_head, each weighted by its FLOPs). */
 double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double seconds_per_shape);
 
+/* About the bytes of the GEMM-rate probe's operands (gj_gemm_probe_bytes, which is known once a
+ * step has run) for a training step of N rows per micro-batch on TP shards: the largest
+ * product's operands, and in bf16 the copies of its inputs (at most); the attention's tiles,
+ * per thread, are left out (a few MB). */
+double gj_probe_bytes_estimate(const gj_config *c, int tp, int64_t N, int late_head, int bf16);
+
 #endif

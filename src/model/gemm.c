@@ -893,27 +893,38 @@ static double time_shape(const rec_shape *r, double seconds, const probe_ops *op
   return best / nt;
 }
 
+/* What thread t's operands hold: the floats and bf16 values of the largest recorded shape it
+ * runs (thread 0 every shape, the others those recorded inside a parallel region). */
+static void probe_need(int t, size_t *nf, size_t *nh) {
+  *nf = *nh = 0;
+  for (int i = 0; i < g_rec_n; i++) {
+    const rec_shape *r = &g_rec[i];
+    if (t > 0 && !r->par) continue;
+    size_t na, nb, nc;
+    shape_sizes(r, &na, &nb, &nc);
+    *nf = GJ_MAX(*nf, na + nb + nc);
+    *nh = GJ_MAX(*nh, (r->a16 ? na : 0) + (r->b16 ? nb : 0));
+  }
+}
+
+size_t gj_gemm_probe_bytes(void) {
+  size_t bytes = 0, nf, nh;
+  for (int t = 0; t < omp_get_max_threads(); t++)
+    probe_need(t, &nf, &nh), bytes += nf * sizeof(float) + nh * sizeof(gj_bf16);
+  return bytes;
+}
+
 /* Per thread the operands of the largest recorded shape it runs, filled (NULL: out of memory,
  * or nothing recorded). */
 static probe_ops *probe_alloc(void) {
   const int nt = omp_get_max_threads();
-  size_t (*need)[2] = calloc((size_t)nt, sizeof *need);
   probe_ops *ops = calloc((size_t)nt, sizeof *ops);
-  if (!need || !ops) return free(need), free(ops), NULL;
-  for (int i = 0; i < g_rec_n; i++) {
-    const rec_shape *r = &g_rec[i];
-    size_t na, nb, nc;
-    shape_sizes(r, &na, &nb, &nc);
-    for (int t = 0; t < (r->par ? nt : 1); t++) {
-      need[t][0] = GJ_MAX(need[t][0], na + nb + nc);
-      need[t][1] = GJ_MAX(need[t][1], (r->a16 ? na : 0) + (r->b16 ? nb : 0));
-    }
+  for (int t = 0; ops && t < nt; t++) {
+    size_t nf, nh;
+    probe_need(t, &nf, &nh);
+    if (nf) ops[t].f = fill_buf(nf);
+    if (nh) ops[t].h = malloc(nh * sizeof(gj_bf16) + 64);
   }
-  for (int t = 0; t < nt; t++) {
-    if (need[t][0]) ops[t].f = fill_buf(need[t][0]);
-    if (need[t][1]) ops[t].h = malloc(need[t][1] * sizeof(gj_bf16) + 64);
-  }
-  free(need);
   return ops;
 }
 

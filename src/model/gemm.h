@@ -121,6 +121,9 @@ void gj_gemm_record_reset(void);
 double gj_gemm_recorded_flops(void); /* FLOPs recorded since the reset */
 int gj_gemm_recorded_shapes(void);    /* distinct shapes recorded since the reset */
 double gj_gemm_recorded_rate(double seconds_per_shape);
+/* The bytes gj_gemm_recorded_rate and gj_gemm_recorded_replay allocate for their operands (per
+ * thread the largest recorded shape it runs; freed when they return). */
+size_t gj_gemm_probe_bytes(void);
 /* The recorded products replayed once alone, each shape as many times as the step ran it (a
  * shape recorded inside a parallel region shared out over the threads, as there): seconds, 0
  * if it could not be done (out of memory). Its operands are allocated and filled before the

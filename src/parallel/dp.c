@@ -5,17 +5,23 @@
 
 #include "common.h"
 
+static size_t staging_floats(size_t bucket, int dp_size) { return bucket + bucket / GJ_MAX(dp_size, 1) + 1; }
+
+size_t gj_dp_staging_bytes(int dp_size) {
+  return dp_size > 1 ? staging_floats(GJ_DP_BUCKET_FLOATS, dp_size) * sizeof(float) : 0;
+}
+
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
                size_t bucket_floats) {
   memset(s, 0, sizeof *s);
   s->g = g, s->grads = grads, s->n = n;
   s->rows = rows, s->skip = rows ? skip : 0;
-  s->bucket = bucket_floats ? bucket_floats : ((size_t)1 << 22); /* 16 MB */
+  s->bucket = bucket_floats ? bucket_floats : GJ_DP_BUCKET_FLOATS;
   /* a posted range of L >= bucket floats takes ceil(L / bucket) <= 2 L / bucket requests; the
    * shorter ones (the last, a range not adjacent to the one before) one each */
   s->cap = (int)(2 * (n / s->bucket) + 2 + 1024);
   s->req = malloc(s->cap * sizeof(MPI_Request));
-  s->tmp = malloc((s->bucket + s->bucket / GJ_MAX(g->dp_size, 1) + 1) * sizeof(float));
+  s->tmp = malloc(staging_floats(s->bucket, g->dp_size) * sizeof(float));
   return s->req && s->tmp ? 0 : GJ_FAIL("out of memory");
 }
 

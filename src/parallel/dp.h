@@ -27,7 +27,14 @@ typedef struct {
   size_t skip;
 } gj_dp_sync;
 
-/* rows (or NULL): the gradients of the block's [0, skip) are held as rows. */
+#define GJ_DP_BUCKET_FLOATS ((size_t)1 << 22) /* 16 MB, the default bucket */
+
+/* The bytes of the default bucket's staging buffer that gj_dp_init allocates: resident (touched)
+ * with more than one DP rank only. */
+size_t gj_dp_staging_bytes(int dp_size);
+
+/* rows (or NULL): the gradients of the block's [0, skip) are held as rows. bucket_floats 0: the
+ * default. */
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
                size_t bucket_floats);
 void gj_dp_free(gj_dp_sync *s);

@@ -79,6 +79,7 @@ typedef struct {
   double eval_s, save_s; /* the last validation's and checkpoint's time (--max-time looks ahead) */
   double steps_time;   /* the summed time of the steps since the last log line */
   double peak, gemm_rate, gemm_flops, flops_tok;
+  int no_probe; /* the GEMM-rate probe would not fit in memory: no GEMM efficiency */
 } loop_state;
 
 static double peak_rss_bytes(void) {
@@ -114,6 +115,21 @@ static int fill_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 /* One measurement of a ceiling, kept if it is the best so far; its time is not training time
  * (t_start and *now move on by it). */
 static void probe_gemm(loop_state *s, double *now) {
+  if (s->no_probe) return;
+  /* its operands (the largest product's, about the vocabulary head's weight and a block of its
+   * logits) beside the run: left out, with GEMM efficiency, where they would not fit in what
+   * --mem-per-rank-gb leaves, or in this rank's share of the node's available memory */
+  const double need = (double)gj_gemm_probe_bytes(), budget = s->r->mem_budget;
+  const double share = budget > 0 ? 0 : gj_mem_share_bytes(); /* 0: unknown */
+  const double room = budget > 0 ? budget - gj_self_rss_bytes() : share;
+  if ((budget > 0 || share > 0) && need > room) {
+    s->no_probe = 1;
+    if (s->r->tr->g->rank == 0)
+      gj_info("note: GEMM efficiency is not measured: the GEMM-rate probe needs %.2f GB beside the run, "
+              "%.2f GB are left (%s)", need / 1e9, GJ_MAX(room, 0.0) / 1e9,
+              budget > 0 ? "--mem-per-rank-gb" : "this rank's share of the node's available memory");
+    return;
+  }
   const double trained = *now - s->t_start, shapes = GJ_MAX(1, gj_gemm_recorded_shapes());
   /* (each measurement once: GJ_MAX evaluates its arguments twice) */
   const double rate = gj_gemm_recorded_rate(GJ_MIN(0.05, GJ_MAX(0.002, 0.05 * trained / shapes)));
@@ -171,22 +187,23 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
   for (int k = 0; k < 3 && gemm_eff(s) > 1; k++) probe_gemm(s, now);
   double elapsed = *now - s->t_start;
   /* this rank's GEMM FLOPs per step over the step time, against their standalone rate */
-  double mf = mfu(s, tps), geff = gemm_eff(s);
+  double mf = mfu(s, tps), geff = s->gemm_rate > 0 ? gemm_eff(s) : NAN; /* NaN: not measured */
   double eta = (o->steps - step) * s->ema;
   if (o->max_time > 0 && o->max_time - elapsed < eta) eta = GJ_MAX(0.0, o->max_time - elapsed);
-  char el[32], et[32], zl[48] = "";
+  char el[32], et[32], zl[48] = "", ge[16] = "-";
+  if (isfinite(geff)) snprintf(ge, sizeof ge, "%.0f%%", 100 * geff);
   fmt_time(el, sizeof el, elapsed), fmt_time(et, sizeof et, eta);
   if (out->z_loss != 0) snprintf(zl, sizeof zl, " | z-loss %.4f", out->z_loss);
-  gj_info("step %lld/%lld | loss %.4f%s | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %.0f%% | %s | ETA %s | %.0f MB",
-          (long long)step, (long long)o->steps, out->loss, zl, lr, out->grad_norm, tps, 100 * mf, 100 * geff,
+  gj_info("step %lld/%lld | loss %.4f%s | lr %.3e | grad %.3f | %.0f tok/s | MFU %.1f%% | GEMM eff %s | %s | ETA %s | %.0f MB",
+          (long long)step, (long long)o->steps, out->loss, zl, lr, out->grad_norm, tps, 100 * mf, ge,
           el, et, peak_rss_bytes() / 1e6);
-  char lb[32], gb[32], zb[32];
+  char lb[32], gb[32], zb[32], eb[32];
   fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"z_loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
-          "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %.5g, \"elapsed_s\": %.3f, "
+          "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %s, \"elapsed_s\": %.3f, "
           "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
           (long long)step, jnum(lb, sizeof lb, out->loss), jnum(zb, sizeof zb, out->z_loss), lr,
           jnum(gb, sizeof gb, out->grad_norm),
-          (long long)meta->tokens_seen, tps, mf, geff, elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
+          (long long)meta->tokens_seen, tps, mf, jnum(eb, sizeof eb, geff), elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
           !out->finite);
   fflush(r->metrics);
   s->steps_time = 0, s->tokens_at_last = meta->tokens_seen;

@@ -33,6 +33,7 @@ typedef struct {
   FILE *metrics;           /* rank 0: metrics.jsonl (NULL elsewhere) */
   int64_t B, A, T;         /* micro-batch, micro-batches per step, sequence length */
   double peak;             /* the hardware's FLOP/s per rank for the precision (for MFU) */
+  double mem_budget;       /* bytes a rank may use (--mem-per-rank-gb; 0: the node's available share) */
 } gj_run;
 
 /* --resume: "none" (nothing), "auto" (the newest loadable checkpoint of run_dir, newest first,
