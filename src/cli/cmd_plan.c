@@ -44,7 +44,7 @@ static double mem_rate(int threads) {
 }
 
 int gj_cmd_plan(int argc, char **argv) {
-  int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 1, threads = 0;
+  int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 0, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
   const char *prec = "fp32", *gemm = "auto";
   gj_opt table[] = {
@@ -55,7 +55,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"grad-accum", GJ_OPT_I64, &A, "micro-batches per step", 1, 1 << 20},
       {"dp", GJ_OPT_I64, &dp, "data-parallel size", 1, 1 << 24},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
-      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1", 0, 1},
+      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; its reduce-scatter and all-gather are not "
+       "overlapped)", 0, 1},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
@@ -67,8 +68,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"mem-gbps", GJ_OPT_F64, &mem_g, "memory bandwidth of one rank, GB/s, for the optimizer (0: measure here)", 0, 1e6},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory per rank, GB (0: this machine's available memory, as "
        "train's check takes it (MemAvailable, or the cgroup limit), / --ranks-per-node)", 0, 1e9},
-      {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node (for the memory per rank; a TP group larger spans "
-       "nodes, and its traffic goes at --net-gbps)", 1, 4096},
+      {"ranks-per-node", GJ_OPT_I64, &rpn, "ranks per node: the memory per rank is the node's over them, and a "
+       "wider TP group spans nodes, its traffic at --net-gbps (0: one rank, TP within a node)", 0, 4096},
       {NULL}};
   gj_modelopts mo;
   int rc = gj_modelopts_parse(&mo, argc, argv, table, "gptj plan [--preset NAME] [options]",
@@ -111,7 +112,7 @@ int gj_cmd_plan(int argc, char **argv) {
    * the process itself (libraries, MPI: this one's stands in for train's) */
   const double comm_buf = (double)gj_dp_staging_bytes((int)dp), base = gj_self_rss_bytes();
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16 + comm_buf + base;
-  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / rpn;
+  double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / GJ_MAX(rpn, 1);
   int64_t N = B * T;
   double fpt = gj_flops_per_token(&c, T);
   double flops_step = fpt * tokens, flops_rank = flops_step / (dp * tp);
@@ -121,7 +122,7 @@ int gj_cmd_plan(int argc, char **argv) {
   double extra = recompute ? (2.0 * recomputed + 4.0 * c.n_layer * c.n_embd * T) * tokens / (dp * tp) : 0;
   double tp_bytes = A * ring(((2.0 * c.n_layer + 2) * N * c.n_embd + 3.0 * N) * 4, (int)tp);
   /* a TP group larger than a node's ranks sends over the network */
-  const int tp_spans = tp > rpn;
+  const int tp_spans = rpn > 0 && tp > rpn;
   const double tp_rate = tp_spans ? GJ_MIN(tpnet, net) : tpnet;
   const double probe = gj_probe_bytes_estimate(&c, (int)tp, N, ms.late_head, gp == GJ_PREC_BF16);
   /* without the optimizer in backward the embedding's gradient goes as the union of the ranks'
