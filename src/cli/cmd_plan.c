@@ -55,8 +55,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"grad-accum", GJ_OPT_I64, &A, "micro-batches per step", 1, 1 << 20},
       {"dp", GJ_OPT_I64, &dp, "data-parallel size", 1, 1 << 24},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
-      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; its reduce-scatter and all-gather are not "
-       "overlapped)", 0, 1},
+      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered after "
+       "the update, not overlapped)", 0, 1},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
@@ -126,11 +126,12 @@ int gj_cmd_plan(int argc, char **argv) {
   const double tp_rate = tp_spans ? GJ_MIN(tpnet, net) : tpnet;
   const double probe = gj_probe_bytes_estimate(&c, (int)tp, N, ms.late_head, gp == GJ_PREC_BF16);
   /* without the optimizer in backward the embedding's gradient goes as the union of the ranks'
-   * rows (at most the step's tokens) and a byte a row of the shard's vocabulary; ZeRO-1's
-   * reduce-scatter still covers the whole block (zeros where the rows are) */
+   * rows (at most the step's tokens) and a byte a row of the shard's vocabulary; ZeRO-1 sums
+   * the gradients as much, then all-gathers the updated parameters ((p - 1) / p of them) */
   double Vl = (double)c.vocab_size / tp, emb = Vl * c.n_embd * 4;
   double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
-  double dp_bytes = ring((double)ms.params - (zero && rows < emb ? 0 : emb) + rows, (int)dp);
+  double red_bytes = ring((double)ms.params - emb + rows, (int)dp);
+  double ag_bytes = zero ? ring((double)ms.params, (int)dp) / 2 : 0, dp_bytes = red_bytes + ag_bytes;
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   omp_set_num_threads((int)threads); /* the GEMM rate on --threads threads, as the bandwidth */
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
@@ -139,6 +140,7 @@ int gj_cmd_plan(int argc, char **argv) {
   double mrate = mem_g > 0 ? mem_g * 1e9 : mem_rate((int)threads);
   if (!(mrate > 0)) return GJ_FAIL("cannot measure the memory bandwidth here (out of memory?): give --mem-gbps");
   double t_comp = (flops_rank + extra) / rate, t_tp = tp_bytes / (tp_rate * 1e9), t_dp = dp_bytes / (net * 1e9);
+  double t_red = red_bytes / (net * 1e9), t_ag = ag_bytes / (net * 1e9);
   /* The optimizer streams memory, it does not compute: AdamW reads parameters, gradients and
    * both moments and writes three of them (28 B per parameter of the rank's share, 1/DP of
    * it with ZeRO-1), and the gradient norm and the zeroing pass over the gradients (8 B). */
@@ -148,14 +150,14 @@ int gj_cmd_plan(int argc, char **argv) {
    * runs; what is left, and at least the last bucket, is exposed. */
   double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params);
   double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
-  double t_dp_exposed = dp > 1 ? GJ_MAX(t_dp - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
-  /* each part's reduction waited for before its update; ZeRO-1's reduce-scatter runs after
-   * backward and its all-gather after the update, neither overlapped */
-  if ((oib || zero) && dp > 1) t_dp_exposed = t_dp;
+  double t_dp_exposed = dp > 1 ? GJ_MAX(t_red - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
+  /* each part's reduction waited for before its update */
+  if (oib && dp > 1) t_dp_exposed = t_red;
   /* a late head gradient is final after the rest of backward: its reduction is exposed */
   if (ms.late_head && dp > 1)
     t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
-  t_dp_exposed = GJ_MIN(t_dp_exposed, t_dp); /* a bucket or the head can be more than what is sent */
+  t_dp_exposed = GJ_MIN(t_dp_exposed, t_red); /* a bucket or the head can be more than what is sent */
+  t_dp_exposed += t_ag;                       /* ZeRO-1's all-gather, after the update */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s; %s\n",
@@ -196,7 +198,7 @@ int gj_cmd_plan(int argc, char **argv) {
          mem_g > 0 ? "given" : "measured here");
   printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (%s)\n", t_dp, net, t_dp_exposed,
          dp == 1 ? "none: DP 1"
-         : zero ? "ZeRO-1: the reduce-scatter after backward and the all-gather after the update, not overlapped"
+         : zero ? "the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the update does not"
          : oib  ? "the optimizer in backward waits for each part's reduction"
                 : "the rest overlaps backward");
   printf("  step              %12.3f s, %.0f tokens/s (compute + optimizer + TP + exposed DP)\n", t_step,

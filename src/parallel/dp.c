@@ -99,37 +99,8 @@ int gj_dp_finish(gj_dp_sync *s) {
   return rc;
 }
 
-/* dst[0..c) = the block's [at, at + c), with zeros for [0, skip) (held as rows) */
-static void stage(const gj_dp_sync *s, float *dst, size_t at, size_t c) {
-  size_t z = at < s->skip ? GJ_MIN(c, s->skip - at) : 0;
-  memset(dst, 0, z * sizeof(float));
-  memcpy(dst + z, s->grads + at + z, (c - z) * sizeof(float));
-}
-
-/* Both ZeRO collectives go in pieces of C floats per rank (a bucket in all), staged through
+/* The ZeRO-1 all-gather goes in pieces of C floats per rank (a bucket in all), staged through
  * tmp so that MPI sees contiguous blocks and Open MPI never allocates a huge temporary. */
-int gj_dp_reduce_scatter(gj_dp_sync *s, size_t P) {
-  gj_grid *g = s->g;
-  int dp = g->dp_size, me = g->dp_rank;
-  if (dp == 1) return 0;
-  size_t C = s->bucket / dp;
-  float *recv = s->tmp + C * dp; /* a piece that falls in [0, skip): received here, kept from skip */
-  double t0 = gj_now();
-  for (size_t k = 0; k < P; k += C) {
-    size_t c = GJ_MIN(C, P - k), at = me * P + k;
-    for (int r = 0; r < dp; r++) stage(s, s->tmp + r * c, r * P + k, c);
-    float *dst = at < s->skip ? recv : s->grads + at;
-    GJ_MPI_TRY(MPI_Reduce_scatter_block(s->tmp, dst, (int)c, MPI_FLOAT, MPI_SUM, g->dp),
-               "MPI_Reduce_scatter_block(gradients)");
-    if (dst == recv && at + c > s->skip)
-      memcpy(s->grads + s->skip, recv + (s->skip - at), (at + c - s->skip) * sizeof(float));
-  }
-  s->bytes = (double)P * dp * sizeof(float);
-  int rc = rows_allreduce(s);
-  s->wait_s = gj_now() - t0;
-  return rc;
-}
-
 int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
   gj_grid *g = s->g;
   int dp = g->dp_size, me = g->dp_rank;

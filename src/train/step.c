@@ -35,7 +35,7 @@ int gj_oib_check(int64_t oib, double clip, int64_t zero) {
                    "scales by is known only after the last part of the network is updated");
   if (zero)
     return GJ_FAIL("--optimizer-in-backward 1 and --zero 1 exclude each other: ZeRO-1 updates "
-                   "each rank's share after one reduce-scatter of all the gradients");
+                   "each rank's share once the gradients of the whole network are summed");
   return 0;
 }
 
@@ -94,8 +94,7 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double
                    "gradients, not %lld", (long long)in->A);
   gj_state_zero_grads(st);
   gj_dp_begin(&t->dp);
-  /* the last micro-batch's backward starts the DP reduction; under ZeRO-1 it is one
-   * reduce-scatter after backward */
+  /* the last micro-batch's backward starts the DP reduction (ZeRO-1's too: gj_dp_allgather) */
   gj_grad_hook hook = {gj_dp_ready, &t->dp};
   if (t->oib) hook = (gj_grad_hook){oib_ready, oib};
   float scale = (float)(1.0 / in->n_targets);
@@ -105,11 +104,11 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double
     double ls;
     int64_t nv;
     GJ_TRY(gj_model_forward_backward(t->m, t->ids, t->tg, in->B, in->T, t->zloss, scale,
-                                     a == in->A - 1 && !st->zero ? &hook : NULL, &ls, &nv));
+                                     a == in->A - 1 ? &hook : NULL, &ls, &nv));
     *loss_sum += ls, *z_sum += t->m->z_sum;
   }
   if (t->oib) return oib->hi == 0 ? 0 : GJ_FAIL("internal: backward left gradients unreported");
-  return st->zero ? gj_dp_reduce_scatter(&t->dp, st->n) : gj_dp_finish(&t->dp);
+  return gj_dp_finish(&t->dp);
 }
 
 /* The global summed objective and its z-loss part, the squared gradient norm and (without

@@ -1,6 +1,5 @@
 /* One training step: zero the gradients, forward and backward over the micro-batches (the last
- * one's backward starts the DP reduction bucket by bucket), finish the reduction (ZeRO-1: a
- * reduce-scatter), the loss and the global gradient norm, clip, AdamW, and under ZeRO-1 the
+ * one's backward starts the DP reduction bucket by bucket), finish the reduction, the loss and the global gradient norm, clip, AdamW, and under ZeRO-1 the
  * all-gather of the updated parameters. `gptj train`, `gptj bench` and the tests call it. */
 #ifndef GJ_TRAIN_STEP_H
 #define GJ_TRAIN_STEP_H
