@@ -223,11 +223,16 @@ tokens("d_unwritten.h5", None, declared=1 << 26)
 # a weight in a dtype of the format that is not read (4 bytes, as F32), and a dtype not of the format
 hf("h_i32", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"], "dtype": "I32"}}))
 hf("h_q4", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"], "dtype": "Q4"}}))
+hf("h_f8", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"], "dtype": "F8_E4M3FNUZ",
+                                                                "shape": [4 * h["lm_head.bias"]["shape"][0]]}}))
+hf("h_offf", header=lambda h: json.dumps({**h, "lm_head.bias": {**h["lm_head.bias"],
+                                                                  "data_offsets": [float(v) for v in h["lm_head.bias"]["data_offsets"]]}}))
 hf("h_dup", header=lambda h: json.dumps(h)[:-1] + ', "lm_head.bias": ' + json.dumps(h["lm_head.bias"]) + "}")
 hf("h_numel", extra={"transformer.h.0.attn.bias": dict(dtype="F32", shape=[1 << 40, 1 << 40, 1 << 40, 16], data_offsets=[0, 0])})
 hf("h_shards", shards=True)
 hf("h_huge", cfg=dict(n_embd=1 << 40))
 hf("h_frac", cfg=dict(n_embd=16.5))
+hf("h_frac0", cfg=dict(n_embd=16.0))
 hf("h_neg", cfg=dict(n_inner=-1))
 hf("h_str", cfg=dict(n_embd="16"))
 hf("h_head0", cfg=dict(n_head=0, rotary_dim=None))
@@ -321,6 +326,7 @@ rows=(
 "0|--vocab-dir $w/veot: id 50256 is not <|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"
 "0|random-hf: the model has rotary_dim 0|random-hf --preset tiny --rotary_dim 0 --out $w/rh0"
+"0|--shard-gb 0.001: 324 shards, more than the 256 a reader accepts; give --shard-gb 0.003 or more|random-hf --preset tiny --n_embd 512 --n_head 8 --n_inner 2048 --n_layer 40 --dtype float32 --shard-gb 0.001 --out $w/rh256"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
 "0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"
 "0|rotary_dim 32 is larger than the head dimension 16|train --data $w/ok.h5 --config $w/rot.conf"
@@ -480,13 +486,16 @@ rows=(
 "0|d_vfrac.h5: attribute 'vocab_size' = 64.5 is not an integer|info $w/d_vfrac.h5"
 "0|d_unwritten.h5: /tokens is not fully written|info $w/d_unwritten.h5"
 "0|model.safetensors: header is not a JSON object without duplicate keys (duplicate object key|convert --from-hf $w/h_dup --out $w/x.h5"
-"0|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported (F32, F16, BF16)|convert --from-hf $w/h_i32 --out $w/x.h5"
-"2|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported (F32, F16, BF16)|eval --hf $w/h_i32 --data $w/ok.h5"
+"0|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported for weights (F32, F16, BF16)|convert --from-hf $w/h_i32 --out $w/x.h5"
+"2|model.safetensors: tensor 'lm_head.bias': dtype I32 is not supported for weights (F32, F16, BF16)|eval --hf $w/h_i32 --data $w/ok.h5"
+"0|model.safetensors: tensor 'lm_head.bias': dtype F8_E4M3FNUZ is not supported for weights (F32, F16, BF16)|convert --from-hf $w/h_f8 --out $w/x.h5"
+"0|model.safetensors: tensor 'lm_head.bias': data_offsets must be integers|convert --from-hf $w/h_offf --out $w/x.h5"
 "0|model.safetensors: tensor 'lm_head.bias': dtype Q4 is not a safetensors dtype|generate --hf $w/h_q4 --prompt-ids 1"
 "0|tensor 'transformer.h.0.attn.bias': the shape's element count overflows|convert --from-hf $w/h_numel --out $w/x.h5"
 "0|tensor 'transformer.wte.weight' is also in|convert --from-hf $w/h_shards --out $w/x.h5"
 "0|config.json: n_embd = 1099511627776 is out of range [1, 65536]|convert --from-hf $w/h_huge --out $w/x.h5"
 "0|config.json: 'n_embd' must be an integer, got 16.5|convert --from-hf $w/h_frac --out $w/x.h5"
+"0|config.json: 'n_embd' must be an integer, got 16.0|convert --from-hf $w/h_frac0 --out $w/x.h5"
 "0|config.json: 'n_inner' = -1 is negative|convert --from-hf $w/h_neg --out $w/x.h5"
 "0|config.json: 'n_embd' must be an integer, got the string|convert --from-hf $w/h_str --out $w/x.h5"
 "0|config.json: n_head = 0 is out of range [1, 65536]|convert --from-hf $w/h_head0 --out $w/x.h5"

@@ -52,8 +52,9 @@ static void write_config(const char *dir) {
 
 /* Write tensors [first, last) of the layout as one safetensors file (F32), in layout order;
  * with buffers, after them each layer's attention-mask buffers as transformers before 4.31
- * saved them (attn.bias [1, 1, P, P] BOOL, U8 in older versions; attn.masked_bias F32 []). */
-static void write_st_buffers(const char *path, int first, int last, int buffers) {
+ * saved them (attn.bias [1, 1, P, P] BOOL, U8 in older versions; attn.masked_bias [] of dtype
+ * buffers: F32, or another of one byte an element). */
+static void write_st_buffers(const char *path, int first, int last, const char *buffers) {
   json_t *h = json_object();
   uint64_t off = 0;
   for (int i = first; i < last; i++) {
@@ -74,9 +75,10 @@ static void write_st_buffers(const char *path, int first, int last, int buffers)
                                          (json_int_t)(off + P * P)));
     off += (uint64_t)(P * P);
     snprintf(nm, sizeof nm, "transformer.h.%d.attn.masked_bias", l);
-    json_object_set_new(h, nm, json_pack("{s:s, s:[], s:[II]}", "dtype", "F32", "shape", "data_offsets",
-                                         (json_int_t)off, (json_int_t)(off + 4)));
-    off += 4;
+    json_int_t mb = strcmp(buffers, "F32") ? 1 : 4;
+    json_object_set_new(h, nm, json_pack("{s:s, s:[], s:[II]}", "dtype", buffers, "shape", "data_offsets",
+                                         (json_int_t)off, (json_int_t)(off + mb)));
+    off += (uint64_t)mb;
   }
   char *txt = json_dumps(h, JSON_COMPACT);
   uint64_t hl = strlen(txt);
@@ -92,14 +94,14 @@ static void write_st_buffers(const char *path, int first, int last, int buffers)
     for (json_int_t r = 0; r < P; r++)
       for (json_int_t c = 0; c < P; c++) fputc(c <= r, f);
     float mb = -1e9f;
-    fwrite(&mb, 4, 1, f);
+    fwrite(&mb, strcmp(buffers, "F32") ? 1 : 4, 1, f);
   }
   fclose(f);
   free(txt);
   json_decref(h);
 }
 
-static void write_st(const char *path, int first, int last) { write_st_buffers(path, first, last, 0); }
+static void write_st(const char *path, int first, int last) { write_st_buffers(path, first, last, NULL); }
 
 static void make_hf(const char *dir) {
   char p[1400];
@@ -170,7 +172,7 @@ START_TEST(test_from_hf_golden) {
   snprintf(p2, sizeof p2, "%s/model-00001-of-00002.safetensors", hs);
   write_st(p2, 0, half);
   snprintf(p2, sizeof p2, "%s/model-00002-of-00002.safetensors", hs);
-  write_st_buffers(p2, half, lay.n, 1); /* with HF's attention-mask buffers: skipped */
+  write_st_buffers(p2, half, lay.n, "F32"); /* with HF's attention-mask buffers: skipped */
   json_t *idx = json_object(), *wm = json_object();
   for (int i = 0; i < lay.n; i++)
     json_object_set_new(wm, lay.t[i].name, json_string(i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
@@ -557,6 +559,187 @@ START_TEST(test_hf_config_defaults) {
 }
 END_TEST
 
+/* Element e of tensor `name` (F32) of the safetensors file at path set to v. */
+static void poke_st(const char *path, const char *name, size_t e, float v) {
+  gj_st_file st;
+  ck_assert_int_eq(gj_st_open(&st, path), 0);
+  const gj_st_tensor *t = gj_st_find(&st, name);
+  ck_assert_ptr_nonnull(t);
+  off_t at = (off_t)(t->begin + 4 * e);
+  gj_st_close(&st);
+  FILE *f = fopen(path, "r+b");
+  ck_assert(f && !fseeko(f, at, SEEK_SET) && fwrite(&v, 4, 1, f) == 1);
+  fclose(f);
+}
+
+/* A NaN or an infinity in the safetensors is refused by --from-hf as by eval --hf (a
+ * checkpoint holding one would be refused later by every command), and nothing is written. */
+START_TEST(test_from_hf_nonfinite) {
+  char d[1300], p[1400];
+  snprintf(d, sizeof d, "%s/hfnf", OUT);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  for (int k = 0; k < 2; k++) {
+    make_hf(d);
+    poke_st(p, k ? "transformer.h.1.mlp.fc_in.weight" : "lm_head.bias", 7, k ? -INFINITY : NAN);
+    expect_error(d, k ? "hfnf: tensor 'transformer.h.1.mlp.fc_in.weight' has a non-finite value"
+                      : "hfnf: tensor 'lm_head.bias' has a non-finite value");
+  }
+}
+END_TEST
+
+/* bfloat16 output: a finite float32 beyond bfloat16's range (it would round to inf) is refused
+ * naming the tensor, the value and the way out; the largest that rounds to a finite value is
+ * written. convert --to-hf failing leaves an old directory as it was and removes one it made. */
+START_TEST(test_to_hf_bf16_range) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/bfr.safetensors", OUT);
+  const char *nm[1] = {"x"};
+  int nd[1] = {1};
+  int64_t shp[1][2] = {{2, 1}};
+  uint32_t ok_bits = 0x7f7f7fffu, inf_bits = 0x7f7f8000u; /* below and at the rounding to inf */
+  float v[2];
+  memcpy(&v[0], &ok_bits, 4), v[1] = -v[0];
+  gj_st_writer w;
+  ck_assert_int_eq(gj_st_write_begin(&w, p, GJ_ST_BF16, 1, nm, nd, (const int64_t(*)[2])shp), 0);
+  ck_assert_int_eq(gj_st_write_tensor(&w, "x", v, 2), 0);
+  ck_assert_int_eq(gj_st_write_end(&w, 1), 0);
+  memcpy(&v[1], &inf_bits, 4);
+  ck_assert_int_eq(gj_st_write_begin(&w, p, GJ_ST_BF16, 1, nm, nd, (const int64_t(*)[2])shp), 0);
+  ck_assert_int_eq(gj_st_write_tensor(&w, "x", v, 2), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "tensor 'x': 3.39617e+38") || strstr(gj_errmsg(), "tensor 'x': 3.3961"), "%s", gj_errmsg());
+  gj_st_write_end(&w, 0);
+  /* through the command, from a checkpoint with 3.4e38 in lm_head.bias (its CRC fixed) */
+  char hf[1300], ck[1300], big[1300], log[1300];
+  snprintf(hf, sizeof hf, "%s/hfbr", OUT);
+  snprintf(ck, sizeof ck, "%s/hfbr.h5", OUT);
+  snprintf(big, sizeof big, "%s/hfbr-big.h5", OUT);
+  snprintf(log, sizeof log, "%s/hfbr.log", OUT);
+  make_hf(hf);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s >/dev/null", B_, hf, ck), 0);
+  ck_assert_int_eq(sh("cp %s %s", ck, big), 0);
+  edit_tensor(big, "lm_head.bias", 5, 3.4e38f, 1);
+  sh("rm -rf %s/hfbr-new", OUT);
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfbr-new --checkpoint %s --dtype bfloat16 >/dev/null 2>%s", B_, OUT,
+                      big, log), 1);
+  ck_assert_int_eq(sh("test $(wc -l < %s) -eq 1 && grep -q \"tensor 'lm_head.bias': 3.39999995e+38 is beyond the "
+                      "range of bfloat16 (it would round to inf); write float32 (--dtype float32)\" %s", log, log), 0);
+  ck_assert_int_ne(sh("test -e %s/hfbr-new", OUT), 0); /* the directory it made: removed */
+  /* over an existing model: left as it was, no temporaries */
+  ck_assert_int_eq(sh("rm -rf %s/hfbr-old %s/hfbr-copy && %s/gptj convert --to-hf %s/hfbr-old --checkpoint %s >/dev/null && "
+                      "cp -a %s/hfbr-old %s/hfbr-copy", OUT, OUT, B_, OUT, ck, OUT, OUT), 0);
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfbr-old --checkpoint %s --dtype bfloat16 >/dev/null 2>&1", B_, OUT, big), 1);
+  ck_assert_int_eq(sh("diff -r %s/hfbr-old %s/hfbr-copy", OUT, OUT), 0);
+  /* float32 holds it */
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfbr-new --checkpoint %s >/dev/null", B_, OUT, big), 0);
+  /* a checkpoint failing its CRC midway: the directory made for it is removed too */
+  ck_assert_int_eq(sh("cp %s %s && rm -rf %s/hfbr-crc", ck, big, OUT), 0);
+  edit_tensor(big, "transformer.wte.weight", 3, 0.25f, 0);
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s/hfbr-crc --checkpoint %s >/dev/null 2>%s", B_, OUT, big, log), 1);
+  ck_assert_int_eq(sh("grep -q 'is corrupted' %s", log), 0);
+  ck_assert_int_ne(sh("test -e %s/hfbr-crc", OUT), 0);
+}
+END_TEST
+
+/* random-hf failing while it writes its shards (each file is limited to 1 MB, shard 2 needs
+ * 2 MB) leaves the directory of the previous run exactly as it was: no new shard beside the
+ * old config.json, index and other shards (which loaded as a mix of two models), and no
+ * temporaries. */
+START_TEST(test_random_hf_atomic) {
+  char d[1300];
+  const char *args = "--preset tiny --vocab_size 64 --n_inner 8192 --dtype float32 --shard-gb 0.001";
+  snprintf(d, sizeof d, "%s/rha", OUT);
+  sh("rm -rf %s %s.orig", d, d);
+  ck_assert_int_eq(sh("%s/gptj random-hf %s --seed 1 --out %s >/dev/null && cp -a %s %s.orig", B_, args, d, d, d), 0);
+  ck_assert_int_eq(sh("test -f %s/model.safetensors.index.json && test $(stat -c %%s %s/model-00002-of-*.safetensors) "
+                      "-gt 1100000 && test $(stat -c %%s %s/model-00001-of-*.safetensors) -lt 1000000", d, d, d), 0);
+  ck_assert_int_eq(sh("trap '' XFSZ; ulimit -f 1024; exec %s/gptj random-hf %s --seed 2 --out %s >/dev/null 2>%s/rha.log",
+                      B_, args, d, OUT), 1);
+  ck_assert_int_eq(sh("diff -r %s %s.orig", d, d), 0);
+  ck_assert_int_eq(sh("test $(wc -l < %s/rha.log) -eq 1 && grep -q 'model-00002-of-.*write failed: File too large' %s/rha.log",
+                      OUT, OUT), 0);
+  /* and without the limit, the new model replaces the old one */
+  ck_assert_int_eq(sh("%s/gptj random-hf %s --seed 2 --out %s >/dev/null", B_, args, d), 0);
+  ck_assert_int_ne(sh("diff -r -q %s %s.orig >/dev/null", d, d), 0);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/rha.h5 >/dev/null", B_, d, OUT), 0);
+}
+END_TEST
+
+/* config.json and the index: a failed write says why (errno), not "disk full?" for all. */
+START_TEST(test_hf_json_errors) {
+  const char *nm[1] = {"lm_head.bias"}, *fl[1] = {"model.safetensors"};
+  ck_assert_int_eq(gj_hf_write_config("/nonexistent-dir/config.json", &cfg, GJ_ST_F32), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "/nonexistent-dir/config.json: No such file or directory"), "%s", gj_errmsg());
+  ck_assert_int_eq(gj_hf_write_config("/dev/full", &cfg, GJ_ST_BF16), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "/dev/full: write failed: No space left on device"), "%s", gj_errmsg());
+  ck_assert_int_eq(gj_hf_write_index("/dev/full", nm, fl, 1, 4), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "/dev/full: write failed: No space left on device"), "%s", gj_errmsg());
+}
+END_TEST
+
+static int open_header(const char *hdr, size_t data_bytes) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/hdr.safetensors", OUT);
+  FILE *f = fopen(p, "wb");
+  uint64_t n = strlen(hdr);
+  for (int i = 0; i < 8; i++) fputc((int)(n >> (8 * i)) & 0xff, f);
+  fwrite(hdr, 1, n, f);
+  for (size_t i = 0; i < data_bytes; i++) fputc(0, f);
+  fclose(f);
+  gj_st_file st;
+  int rc = gj_st_open(&st, p);
+  if (!rc) {
+    float x[8];
+    const gj_st_tensor *t = gj_st_find(&st, "a");
+    ck_assert_ptr_nonnull(t); /* not read: not a dtype of weights */
+    ck_assert_int_eq(gj_st_read_f32(&st, t, x), -1);
+    ck_assert_msg(strstr(gj_errmsg(), "is not supported for weights (F32, F16, BF16)"), "%s", gj_errmsg());
+    gj_st_close(&st);
+  }
+  return rc;
+}
+
+/* Every dtype of the format is parsed with its size (F4 and F6 below a byte: a tensor of them
+ * fills whole bytes), and a buffer in one is skipped; data_offsets are integers; a header of
+ * more tensors than the limit is refused before it is parsed. */
+START_TEST(test_st_dtypes) {
+  ck_assert_int_eq(open_header("{\"a\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,2]},"
+                               "\"b\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[2,5]},"
+                               "\"c\":{\"dtype\":\"F6_E3M2\",\"shape\":[2,2],\"data_offsets\":[5,8]},"
+                               "\"d\":{\"dtype\":\"F8_E8M0\",\"shape\":[2],\"data_offsets\":[8,10]},"
+                               "\"e\":{\"dtype\":\"F8_E4M3FNUZ\",\"shape\":[1],\"data_offsets\":[10,11]},"
+                               "\"f\":{\"dtype\":\"F8_E5M2FNUZ\",\"shape\":[1],\"data_offsets\":[11,12]},"
+                               "\"g\":{\"dtype\":\"C64\",\"shape\":[2],\"data_offsets\":[16,32]}}", 32), 0);
+  ck_assert_int_eq(open_header("{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", 8), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "tensor 'a': 3 elements of 4 bits (F4) do not fill whole bytes"), "%s", gj_errmsg());
+  ck_assert_int_eq(open_header("{\"a\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[0,4]}}", 8), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "tensor 'a': 4 data bytes for 4 elements of 6 bits"), "%s", gj_errmsg());
+  ck_assert_int_eq(open_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0.0,8.0]}}", 8), -1);
+  ck_assert_msg(strstr(gj_errmsg(), "tensor 'a': data_offsets must be integers"), "%s", gj_errmsg());
+  /* more tensors than the limit (empty ones, the cheapest): refused before parsing */
+  size_t n = GJ_ST_MAX_TENSORS + 1, cap = n * 64 + 16, len = 1;
+  char *h = malloc(cap);
+  h[0] = '{';
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(h + len, cap - len, "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                            i ? "," : "", i);
+  snprintf(h + len, cap - len, "}");
+  ck_assert_int_eq(open_header(h, 0), -1);
+  free(h);
+  ck_assert_msg(strstr(gj_errmsg(), "more than 262144 tensors in the header"), "%s", gj_errmsg());
+  /* HF's buffers in a dtype that is not read (one byte each) are skipped by --from-hf */
+  char d[1300], p[1400];
+  snprintf(d, sizeof d, "%s/hfdt", OUT);
+  make_hf(d);
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/hfdt.h5 >/dev/null", B_, d, OUT), 0);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  write_st_buffers(p, 0, lay.n, "F8_E8M0");
+  ck_assert_int_eq(sh("%s/gptj convert --from-hf %s --out %s/hfdt2.h5 >/dev/null", B_, d, OUT), 0);
+  char a[1300], b[1300];
+  snprintf(a, sizeof a, "%s/hfdt.h5", OUT), snprintf(b, sizeof b, "%s/hfdt2.h5", OUT);
+  same_models(a, b);
+}
+END_TEST
+
 int main(void) {
   snprintf(B_, sizeof B_, "%s", tu_env("GJ_BUILDDIR", "."));
   snprintf(S_, sizeof S_, "%s", tu_env("GJ_SRCDIR", "."));
@@ -587,5 +770,10 @@ int main(void) {
   tcase_add_test(tc, test_random_hf);
   tcase_add_test(tc, test_hf_config_defaults);
   suite_add_tcase(s, tc);
+  TU_ADD(s, test_from_hf_nonfinite, NULL, 300);
+  TU_ADD(s, test_to_hf_bf16_range, NULL, 300);
+  TU_ADD(s, test_random_hf_atomic, NULL, 300);
+  TU_ADD(s, test_hf_json_errors, NULL, 300);
+  TU_ADD(s, test_st_dtypes, NULL, 300);
   return tu_run(s);
 }

@@ -1,6 +1,7 @@
 /* gptj convert: Hugging Face GPT-J (config.json + safetensors, single or sharded; F32, F16 or
  * BF16) <-> gptj-mpi checkpoints, streaming one tensor at a time (memory: the largest tensor). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "io/outfile.h"
 #include "io/safetensors.h"
 #include "model/params.h"
+#include "parallel/comm.h"
 
 /* --out must not replace any file it is converted from */
 static int from_hf_plan(const gj_hf *h, const char *out) {
@@ -40,6 +42,9 @@ static int from_hf(const char *dir, const char *out) {
   for (int i = 0; i < l.n && !rc; i++) {
     const gj_tensor *t = &l.t[i];
     rc = gj_hf_read(&h, t, buf);
+    /* gptj refuses a checkpoint with such a value (eval --hf refuses the file): so does this */
+    for (size_t k = 0; !rc && k < t->numel; k++)
+      if (!isfinite(buf[k])) rc = GJ_FAIL("%s: tensor '%s' has a non-finite value", dir, t->name);
     if (!rc) rc = gj_ckpt_writer_tensor(&w, t->name, buf, t->ndim, t->rows, t->cols);
   }
   if (begun) {
@@ -54,13 +59,12 @@ static int from_hf(const char *dir, const char *out) {
 }
 
 
-/* The directory of --to-hf exists (made if need be), and neither output replaces the
+/* The directory of --to-hf exists (made if need be: *made), and neither output replaces the
  * checkpoint being read; a sharded model already there would shadow the new file (readers
  * prefer model.safetensors.index.json), so it is refused too. */
-static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, const char *cfg_path) {
+static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, const char *cfg_path, int *made) {
   struct stat st;
-  if (mkdir(dir, 0755) && errno != EEXIST) return GJ_FAIL("--to-hf %s: %s", dir, strerror(errno));
-  if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("--to-hf %s: not a directory", dir);
+  GJ_TRY(gj_hf_make_dir(dir, "--to-hf", made));
   char idx[GJ_PATH_BUF];
   GJ_TRY(gj_path_join(idx, sizeof idx, dir, "model.safetensors.index.json"));
   if (!lstat(idx, &st))
@@ -85,10 +89,11 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_config c;
   GJ_TRY(gj_ckpt_read_config(ckpt, &c));
   GJ_TRY(gj_hf_config_writable(&c, "--to-hf"));
-  GJ_TRY(to_hf_plan(ckpt, dir, st_path, cfg_path));
+  int made = 0;
+  int rc = to_hf_plan(ckpt, dir, st_path, cfg_path, &made);
   /* from here on, one way out: everything below is freed at the end */
-  gj_layout l;
-  int rc = gj_layout_build(&l, &c, 1, 0);
+  gj_layout l = {0};
+  if (!rc) rc = gj_layout_build(&l, &c, 1, 0);
   /* safetensors lists tensors by name; write the data in that (sorted) order */
   int n = rc ? 0 : l.n, *order = malloc(n * sizeof(int) + 1), *snd = malloc(n * sizeof(int) + 1);
   const char **sn = malloc(n * sizeof(char *) + 1);
@@ -108,32 +113,29 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   gj_ckpt_reader rd = {0};
   if (!rc) rc = gj_ckpt_reader_open(&rd, ckpt);
   /* Both files go to temporaries first (config.json, then the tensors); only when both are
-   * complete are they renamed into place, so a failure leaves the old ones as they were. */
+   * complete are they renamed into place (gj_hf_commit: config.json last), so a failure leaves
+   * the old ones as they were. */
   gj_outfile cfg = {0};
   if (!rc) rc = gj_outfile_begin(&cfg, cfg_path);
-  if (!rc) {
-    rc = gj_hf_write_config(cfg.tmp, &c, dt);
-  }
+  if (!rc) rc = gj_hf_write_config(cfg.tmp, &c, dt);
   gj_st_writer w;
   int begun = 0;
   if (!rc) rc = gj_st_write_begin(&w, st_path, dt, n, sn, snd, (const int64_t(*)[2])ssh), begun = !rc;
   for (int i = 0; i < n && !rc; i++) {
     const gj_tensor *t = &l.t[order[i]];
     rc = gj_ckpt_reader_tensor(&rd, t, buf);
-    if (!rc) rc = gj_st_write_tensor(&w, buf, t->numel);
+    if (!rc) rc = gj_st_write_tensor(&w, t->name, buf, t->numel);
   }
-  gj_signals_hold(1); /* model.safetensors and config.json both new, or both old */
-  if (begun) {
-    int e = gj_st_write_end(&w, !rc);
-    if (!rc) rc = e;
-  }
-  if (!rc) rc = gj_outfile_commit(&cfg);
-  gj_signals_hold(0);
+  if (begun && rc) gj_st_write_end(&w, 0);
+  if (begun && !rc) rc = gj_st_write_close(&w);
+  if (!rc) rc = gj_hf_commit(&w.out, 1, &cfg);
+  else if (begun) gj_outfile_abort(&w.out);
   gj_outfile_abort(&cfg);
   gj_ckpt_reader_close(&rd);
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
   free(order), free(sn), free(snd), free(ssh), free(buf);
   gj_layout_free(&l);
+  if (rc) gj_hf_unmake_dir(dir, made);
   return rc;
 }
 
@@ -153,12 +155,16 @@ int gj_cmd_convert(int argc, char **argv) {
                    "(--resume FILE) starts the optimizer afresh.",
                    opts, NULL, NULL, NULL, 0};
   int np, rc = gj_args_parse(&cl, argc, argv, NULL, &np);
+  /* Under mpirun, rank 0 converts and the others wait for its outcome (one output, written
+   * once); every rank ends with rank 0's code and message. */
+  int world = gj_log_world();
   if (rc > 0) rc = 0; /* --help */
+  else if (!rc && gj_log_rank() != 0) rc = 0;
   else if (!rc && !from == !to) rc = GJ_FAIL("give one of --from-hf or --to-hf");
   else if (!rc && from && (ckpt || dtype))
     rc = GJ_FAIL("--%s is an option of --to-hf, not of --from-hf (which writes --out)", ckpt ? "checkpoint" : "dtype");
   else if (!rc && to && out) rc = GJ_FAIL("--out is an option of --from-hf; --to-hf writes into its directory");
   else if (!rc && from) rc = out ? from_hf(from, out) : GJ_FAIL("--out: required with --from-hf");
   else if (!rc) rc = ckpt ? to_hf(ckpt, to, dtype ? dtype : "float32") : GJ_FAIL("--checkpoint: required with --to-hf");
-  return rc;
+  return world > 1 ? gj_agree(gj_comm_world(), rc) : rc;
 }

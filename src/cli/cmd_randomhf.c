@@ -2,7 +2,8 @@
  * DESIGN.md §9), written as a Hugging Face directory: config.json and safetensors shards
  * (bfloat16 by default) with model.safetensors.index.json, one tensor at a time (memory: the
  * largest tensor), so that the 6B path runs here without downloading anything. */
-#include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,32 +29,66 @@ typedef struct {
   int nshards;
   int *shard;        /* [l.n] the shard of each tensor */
   char (*files)[64]; /* [nshards] base names */
+  gj_outfile *outs;  /* [nshards + 1] the temporaries of the shards and the index, renamed together */
 } rhf;
 
 static void rhf_free(rhf *x) {
-  free(x->buf), free(x->shard), free(x->files);
+  for (int s = 0; x->outs && s <= x->nshards; s++) gj_outfile_abort(&x->outs[s]);
+  free(x->buf), free(x->shard), free(x->files), free(x->outs);
   gj_layout_free(&x->l);
 }
 
-/* The shards: tensors in table order, a new shard when the next tensor would pass the limit. */
-static int plan_shards(rhf *x, uint64_t *total) {
-  size_t es = x->dt == GJ_ST_F32 ? 4 : 2;
-  uint64_t lim = (uint64_t)(x->shard_gb * 1e9), in = 0;
-  x->shard = malloc(x->l.n * sizeof(int));
-  if (!x->shard) return GJ_FAIL("out of memory");
-  *total = 0;
-  x->nshards = 1;
+/* The shards for a limit of lim bytes: tensors in table order, a new shard when the next
+ * tensor would pass the limit (shard: [l.n] or NULL); returns how many. */
+static int count_shards(const rhf *x, uint64_t lim, int *shard) {
+  uint64_t es = x->dt == GJ_ST_F32 ? 4 : 2, in = 0;
+  int n = 1;
   for (int i = 0; i < x->l.n; i++) {
     uint64_t b = x->l.t[i].numel * es;
-    if (in > 0 && in + b > lim) x->nshards++, in = 0;
-    x->shard[i] = x->nshards - 1, in += b, *total += b;
+    if (in > 0 && in + b > lim) n++, in = 0;
+    if (shard) shard[i] = n - 1;
+    in += b;
   }
+  return n;
+}
+
+static int plan_shards(rhf *x, uint64_t *total) {
+  *total = 0;
+  for (int i = 0; i < x->l.n; i++) *total += x->l.t[i].numel * (x->dt == GJ_ST_F32 ? 4 : 2);
+  x->nshards = count_shards(x, (uint64_t)(x->shard_gb * 1e9), NULL);
+  if (x->nshards > GJ_HF_MAX_SHARDS) {
+    /* the least limit that gives few enough shards (fewer with a larger limit), in MB */
+    uint64_t lo = (uint64_t)(x->shard_gb * 1e9), hi = *total;
+    while (hi - lo > 1) {
+      uint64_t mid = lo + (hi - lo) / 2;
+      if (count_shards(x, mid, NULL) > GJ_HF_MAX_SHARDS) lo = mid;
+      else hi = mid;
+    }
+    double gb = ceil(hi / 1e6) / 1e3;
+    while (count_shards(x, (uint64_t)(gb * 1e9), NULL) > GJ_HF_MAX_SHARDS) gb += 0.001;
+    return GJ_FAIL("--shard-gb %g: %d shards, more than the %d a reader accepts; give --shard-gb %g or more",
+                   x->shard_gb, x->nshards, GJ_HF_MAX_SHARDS, gb);
+  }
+  x->shard = malloc(x->l.n * sizeof(int));
   x->files = calloc(x->nshards, sizeof *x->files);
-  if (!x->files) return GJ_FAIL("out of memory");
+  x->outs = calloc(x->nshards + 1, sizeof *x->outs);
+  if (!x->shard || !x->files || !x->outs) return GJ_FAIL("out of memory");
+  count_shards(x, (uint64_t)(x->shard_gb * 1e9), x->shard);
   for (int s = 0; s < x->nshards; s++)
     if (x->nshards == 1) snprintf(x->files[s], sizeof x->files[s], "model.safetensors");
     else snprintf(x->files[s], sizeof x->files[s], "model-%05d-of-%05d.safetensors", s + 1, x->nshards);
   return 0;
+}
+
+/* The stop signals are held while the files are written (more temporaries than the signal
+ * handler can remove may be pending): one that arrived is pending, seen here between tensors. */
+static int stop_pending(void) {
+  sigset_t set;
+  if (sigpending(&set)) return 0;
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    if (sigismember(&set, sigs[i])) return sigs[i];
+  return gj_stop_signal();
 }
 
 static int write_shard(rhf *x, int s) {
@@ -76,37 +111,37 @@ static int write_shard(rhf *x, int s) {
   for (int k = 0; k < n && !rc; k++) {
     const gj_tensor *t = &x->l.t[first + k];
     gj_params_init_tensor(t, &x->c, x->buf, (uint64_t)x->seed);
-    rc = gj_st_write_tensor(&w, x->buf, t->numel);
-    if (!rc && gj_stop_signal()) rc = GJ_FAIL("stopped by %s", gj_signal_name(gj_stop_signal()));
+    rc = gj_st_write_tensor(&w, t->name, x->buf, t->numel);
+    if (!rc && stop_pending()) rc = GJ_FAIL("stopped by %s", gj_signal_name(stop_pending()));
   }
-  if (begun) {
-    int e = gj_st_write_end(&w, !rc);
-    if (!rc) rc = e;
-  }
+  if (begun && rc) gj_st_write_end(&w, 0);
+  if (begun && !rc) rc = gj_st_write_close(&w);
+  if (begun && !rc) x->outs[s] = w.out; /* complete: renamed with the others at the end */
   if (!rc) gj_info("random-hf: %s (%d tensors)", path, n);
   free(names), free(nd), free(sh);
   return rc;
 }
 
-/* config.json and, for several shards, the index: under temporary names, then renamed. */
+/* config.json and, for several shards, the index, under temporary names; then every file is
+ * renamed into place, config.json last (gj_hf_commit). */
 static int write_meta(rhf *x, uint64_t total) {
   char p[GJ_PATH_BUF];
-  gj_outfile o;
+  gj_outfile cfg, *idx = &x->outs[x->nshards];
   GJ_TRY(gj_path_join(p, sizeof p, x->out, "config.json"));
-  GJ_TRY(gj_outfile_begin(&o, p));
-  int rc = gj_hf_write_config(o.tmp, &x->c, x->dt);
-  rc = rc ? (gj_outfile_abort(&o), rc) : gj_outfile_commit(&o);
-  if (rc || x->nshards == 1) return rc;
-  const char **names = malloc(x->l.n * sizeof *names), **files = malloc(x->l.n * sizeof *files);
-  if (!names || !files) return free(names), free(files), GJ_FAIL("out of memory");
-  for (int i = 0; i < x->l.n; i++) names[i] = x->l.t[i].name, files[i] = x->files[x->shard[i]];
-  rc = gj_path_join(p, sizeof p, x->out, "model.safetensors.index.json");
-  if (!rc) rc = gj_outfile_begin(&o, p);
-  if (!rc) {
-    rc = gj_hf_write_index(o.tmp, names, files, x->l.n, total);
-    rc = rc ? (gj_outfile_abort(&o), rc) : gj_outfile_commit(&o);
+  GJ_TRY(gj_outfile_begin(&cfg, p));
+  int rc = gj_hf_write_config(cfg.tmp, &x->c, x->dt);
+  const char **names = NULL, **files = NULL;
+  if (!rc && x->nshards > 1) { /* the index: renamed after every shard it names */
+    names = malloc(x->l.n * sizeof *names), files = malloc(x->l.n * sizeof *files);
+    if (!names || !files) rc = GJ_FAIL("out of memory");
+    for (int i = 0; !rc && i < x->l.n; i++) names[i] = x->l.t[i].name, files[i] = x->files[x->shard[i]];
+    if (!rc) rc = gj_path_join(p, sizeof p, x->out, "model.safetensors.index.json");
+    if (!rc) rc = gj_outfile_begin(idx, p);
+    if (!rc) rc = gj_hf_write_index(idx->tmp, names, files, x->l.n, total);
   }
   free(names), free(files);
+  if (!rc) rc = gj_hf_commit(x->outs, x->nshards + (x->nshards > 1), &cfg);
+  gj_outfile_abort(&cfg);
   return rc;
 }
 
@@ -116,9 +151,6 @@ static int run(rhf *x) {
   else if (!strcmp(x->dtype, "float32")) x->dt = GJ_ST_F32;
   else return GJ_FAIL("--dtype %s: expected bfloat16 or float32", x->dtype);
   GJ_TRY(gj_hf_config_writable(&x->c, "random-hf"));
-  if (mkdir(x->out, 0755) && errno != EEXIST) return GJ_FAIL("--out %s: %s", x->out, strerror(errno));
-  struct stat st;
-  if (stat(x->out, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("--out %s: not a directory", x->out);
   GJ_TRY(gj_layout_build(&x->l, &x->c, 1, 0));
   size_t mx = 0;
   for (int i = 0; i < x->l.n; i++) mx = GJ_MAX(mx, x->l.t[i].numel);
@@ -127,15 +159,28 @@ static int run(rhf *x) {
   if (!x->buf) return GJ_FAIL("out of memory for a tensor of %zu floats", mx);
   uint64_t total = 0;
   GJ_TRY(plan_shards(x, &total));
+  int made = 0;
+  GJ_TRY(gj_hf_make_dir(x->out, "--out", &made));
+  struct stat st;
   char idx[GJ_PATH_BUF];
-  GJ_TRY(gj_path_join(idx, sizeof idx, x->out, "model.safetensors.index.json"));
-  if (x->nshards == 1 && !lstat(idx, &st))
-    return GJ_FAIL("--out %s: holds a sharded model (model.safetensors.index.json), which readers would take "
-                   "instead of the model.safetensors written here; remove it or give another directory", x->out);
-  gj_info("random-hf: %lld parameters, %.2f GB of %s in %d file(s) -> %s", (long long)x->l.n_global, total / 1e9,
-          x->dtype, x->nshards, x->out);
-  for (int s = 0; s < x->nshards; s++) GJ_TRY(write_shard(x, s));
-  return write_meta(x, total);
+  int rc = gj_path_join(idx, sizeof idx, x->out, "model.safetensors.index.json");
+  if (!rc && x->nshards == 1 && !lstat(idx, &st))
+    rc = GJ_FAIL("--out %s: holds a sharded model (model.safetensors.index.json), which readers would take "
+                 "instead of the model.safetensors written here; remove it or give another directory", x->out);
+  if (!rc)
+    gj_info("random-hf: %lld parameters, %.2f GB of %s in %d file(s) -> %s", (long long)x->l.n_global,
+            total / 1e9, x->dtype, x->nshards, x->out);
+  /* Every file goes to its temporary, and only when all are complete are they renamed into
+   * place: a failure or a stop while writing leaves the old directory as it was. The stop
+   * signals are held meanwhile (the handler removes at most 16 temporaries) and looked at
+   * between tensors; the temporaries are removed before a signal is let through. */
+  gj_signals_hold(1);
+  for (int s = 0; s < x->nshards && !rc; s++) rc = write_shard(x, s);
+  if (!rc) rc = write_meta(x, total);
+  for (int s = 0; s <= x->nshards; s++) gj_outfile_abort(&x->outs[s]);
+  if (rc) gj_hf_unmake_dir(x->out, made);
+  gj_signals_hold(0);
+  return rc;
 }
 
 int gj_cmd_random_hf(int argc, char **argv) {

@@ -20,7 +20,7 @@ const gj_command gj_commands[] = {
     {"generate", "continue a prompt (greedy, temperature, top-k, top-p; KV cache)", 1, 1, gj_cmd_generate},
     {"bench", "time training steps: breakdown, tokens/s, MFU and GEMM efficiency", 1, 1, gj_cmd_bench},
     {"plan", "memory per rank, FLOPs, bytes sent and step time for a model and layout", 0, 1, gj_cmd_plan},
-    {"convert", "Hugging Face safetensors <-> checkpoint, streaming", 0, 0, gj_cmd_convert},
+    {"convert", "Hugging Face safetensors <-> checkpoint, streaming", 1, 0, gj_cmd_convert},
     {"random-hf", "a GPT-J of any shape with random weights, as a Hugging Face directory", 0, 0, gj_cmd_random_hf},
     {"info", "metadata of a checkpoint or token dataset", 0, 1, gj_cmd_info},
     {"encode", "text on stdin -> GPT-2 token ids", 0, 1, gj_cmd_encode},

@@ -1,16 +1,25 @@
 #include "io/hf.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 
 /* How a JSON value that should have been an integer looks, for messages. */
 static void json_what(json_t *v, char *out, size_t n) {
-  if (json_is_real(v)) snprintf(out, n, "%.17g", json_real_value(v));
+  if (json_is_real(v)) {
+    /* the shortest digits that give the value back, with a decimal point: 64.0, not 64 */
+    for (int p = 15; p <= 17; p++) {
+      snprintf(out, n, "%.*g", p, json_real_value(v));
+      if (strtod(out, NULL) == json_real_value(v)) break;
+    }
+    if (!strpbrk(out, ".eEin")) snprintf(out + strlen(out), n - strlen(out), ".0");
+  }
   else if (json_is_string(v)) snprintf(out, n, "the string \"%.40s\"", json_string_value(v));
   else if (json_is_boolean(v)) snprintf(out, n, "%s", json_is_true(v) ? "true" : "false");
   else if (json_is_null(v)) snprintf(out, n, "null");
@@ -157,7 +166,7 @@ static int find(gj_hf *h, const char *name, gj_st_file **f, const gj_st_tensor *
 
 static int check_shape(const gj_st_file *f, const gj_st_tensor *st, const gj_tensor *t) {
   if (st->dtype == GJ_ST_OTHER)
-    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", f->path, t->name, st->dtype_name);
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported for weights (F32, F16, BF16)", f->path, t->name, st->dtype_name);
   int ok = st->ndim == t->ndim && st->shape[0] == t->rows && (t->ndim == 1 || st->shape[1] == t->cols);
   if (!ok) {
     char want[64];
@@ -249,11 +258,24 @@ int gj_hf_config_writable(const gj_config *c, const char *what) {
   return 0;
 }
 
+/* j as JSON into path, through a FILE of ours so that a failure says why (errno) */
+static int dump_json(json_t *j, const char *path) {
+  if (!j) return GJ_FAIL("%s: out of memory", path);
+  FILE *f = fopen(path, "w");
+  if (!f) return GJ_FAIL("%s: %s", path, strerror(errno));
+  errno = 0;
+  int bad = json_dumpf(j, f, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fputc('\n', f) == EOF || fflush(f) != 0;
+  int e = errno;
+  bad |= fclose(f) != 0;
+  if (bad && !e) e = errno;
+  return bad ? GJ_FAIL("%s: write failed: %s", path, e ? strerror(e) : "out of memory") : 0;
+}
+
 int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype) {
   json_t *j = config_json(c, dtype);
-  int bad = !j || json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  int rc = dump_json(j, path);
   json_decref(j);
-  return bad ? GJ_FAIL("%s: write failed (disk full?)", path) : 0;
+  return rc;
 }
 
 int gj_hf_write_index(const char *path, const char *const *names, const char *const *files, int n,
@@ -262,7 +284,34 @@ int gj_hf_write_index(const char *path, const char *const *names, const char *co
   for (int i = 0; i < n; i++) json_object_set_new(wm, names[i], json_string(files[i]));
   json_object_set_new(j, "metadata", json_pack("{s:I}", "total_size", (json_int_t)total_size));
   json_object_set_new(j, "weight_map", wm);
-  int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  int rc = dump_json(j, path);
   json_decref(j);
-  return bad ? GJ_FAIL("%s: write failed (disk full?)", path) : 0;
+  return rc;
+}
+
+int gj_hf_make_dir(const char *dir, const char *what, int *made) {
+  struct stat st;
+  *made = 0;
+  if (!mkdir(dir, 0755)) *made = 1;
+  else if (errno != EEXIST) return GJ_FAIL("%s %s: %s", what, dir, strerror(errno));
+  if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("%s %s: not a directory", what, dir);
+  return 0;
+}
+
+void gj_hf_unmake_dir(const char *dir, int made) {
+  if (made) rmdir(dir); /* fails, as it should, unless it is still empty */
+}
+
+int gj_hf_commit(gj_outfile *files, int n, gj_outfile *cfg) {
+  gj_signals_hold(1);
+  int rc = 0;
+  if (unlink(cfg->path) && errno != ENOENT)
+    rc = GJ_FAIL("%s: cannot remove the old one before renaming the new files into place: %s", cfg->path,
+                 strerror(errno));
+  for (int i = 0; i < n && !rc; i++) rc = gj_outfile_commit(&files[i]);
+  if (!rc) rc = gj_outfile_commit(cfg);
+  for (int i = 0; i < n; i++) gj_outfile_abort(&files[i]); /* those not renamed (no-op for the others) */
+  gj_outfile_abort(cfg);
+  gj_signals_hold(0);
+  return rc;
 }

@@ -50,4 +50,16 @@ int gj_hf_write_config(const char *path, const gj_config *c, gj_st_dtype dtype);
 int gj_hf_write_index(const char *path, const char *const *names, const char *const *files, int n,
                       uint64_t total_size);
 
+/* The directory a command writes a model into (what: its flag, for messages), made if it is
+ * missing (*made = 1 then); after a failure, unmake removes it if this command made it and it
+ * is still empty. */
+int gj_hf_make_dir(const char *dir, const char *what, int *made);
+void gj_hf_unmake_dir(const char *dir, int made);
+/* Rename complete temporaries (files[n], then cfg: config.json) into place, the stop signals
+ * held. The old config.json is removed before the first rename and the new one renamed in
+ * last: a directory caught between two renames (a failed rename, a crash) has no config.json
+ * and is not loadable, never a mix of the old model and the new. The temporaries not renamed
+ * are removed. */
+int gj_hf_commit(gj_outfile *files, int n, gj_outfile *cfg);
+
 #endif

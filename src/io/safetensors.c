@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -39,21 +40,25 @@ uint16_t gj_f32_to_bf16(float f) {
   return (uint16_t)(bits >> 16);
 }
 
-/* The dtypes of the safetensors format and their sizes; the first three are the ones read. */
+/* The dtypes of the safetensors format and their sizes in bits (F4 and F6 pack elements below
+ * a byte: a tensor of them must fill whole bytes); the first three are the ones read. */
 static const struct {
   const char *name;
   gj_st_dtype dtype;
-  int size;
-} dtypes[] = {{"F32", GJ_ST_F32, 4},   {"F16", GJ_ST_F16, 2},       {"BF16", GJ_ST_BF16, 2},
-              {"BOOL", GJ_ST_OTHER, 1}, {"U8", GJ_ST_OTHER, 1},      {"I8", GJ_ST_OTHER, 1},
-              {"F8_E4M3", GJ_ST_OTHER, 1}, {"F8_E5M2", GJ_ST_OTHER, 1}, {"I16", GJ_ST_OTHER, 2},
-              {"U16", GJ_ST_OTHER, 2}, {"I32", GJ_ST_OTHER, 4},     {"U32", GJ_ST_OTHER, 4},
-              {"I64", GJ_ST_OTHER, 8}, {"U64", GJ_ST_OTHER, 8},     {"F64", GJ_ST_OTHER, 8}};
+  int bits;
+} dtypes[] = {{"F32", GJ_ST_F32, 32},       {"F16", GJ_ST_F16, 16},         {"BF16", GJ_ST_BF16, 16},
+              {"BOOL", GJ_ST_OTHER, 8},      {"U8", GJ_ST_OTHER, 8},         {"I8", GJ_ST_OTHER, 8},
+              {"F4", GJ_ST_OTHER, 4},        {"F6_E2M3", GJ_ST_OTHER, 6},    {"F6_E3M2", GJ_ST_OTHER, 6},
+              {"F8_E4M3", GJ_ST_OTHER, 8},   {"F8_E5M2", GJ_ST_OTHER, 8},    {"F8_E8M0", GJ_ST_OTHER, 8},
+              {"F8_E4M3FNUZ", GJ_ST_OTHER, 8}, {"F8_E5M2FNUZ", GJ_ST_OTHER, 8}, {"I16", GJ_ST_OTHER, 16},
+              {"U16", GJ_ST_OTHER, 16},      {"I32", GJ_ST_OTHER, 32},       {"U32", GJ_ST_OTHER, 32},
+              {"I64", GJ_ST_OTHER, 64},      {"U64", GJ_ST_OTHER, 64},       {"F64", GJ_ST_OTHER, 64},
+              {"C64", GJ_ST_OTHER, 64}};
 
 static int dtype_of(const char *s, gj_st_tensor *t) {
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
     if (!strcmp(s, dtypes[i].name)) {
-      t->dtype = dtypes[i].dtype, t->elem_size = dtypes[i].size;
+      t->dtype = dtypes[i].dtype, t->elem_bits = dtypes[i].bits, t->elem_size = dtypes[i].bits / 8;
       snprintf(t->dtype_name, sizeof t->dtype_name, "%s", s);
       return 0;
     }
@@ -103,18 +108,36 @@ static int parse_tensor(const char *path, const char *key, json_t *v, uint64_t d
     if (gj_mul_size(&numel, numel, (size_t)t->shape[i]))
       return GJ_FAIL("%s: tensor '%s': the shape's element count overflows", path, key);
   }
-  if (gj_mul_size(&bytes, numel, (size_t)t->elem_size))
+  size_t bits;
+  if (gj_mul_size(&bits, numel, (size_t)t->elem_bits))
     return GJ_FAIL("%s: tensor '%s': the shape's byte count overflows", path, key);
+  if (bits % 8)
+    return GJ_FAIL("%s: tensor '%s': %zu elements of %d bits (%s) do not fill whole bytes", path, key, numel,
+                   t->elem_bits, t->dtype_name);
+  bytes = bits / 8;
   json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-  if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
-      json_integer_value(e) < json_integer_value(b) || (uint64_t)json_integer_value(e) > dsize)
+  if (!json_is_integer(b) || !json_is_integer(e))
+    return GJ_FAIL("%s: tensor '%s': data_offsets must be integers", path, key);
+  if (json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b) ||
+      (uint64_t)json_integer_value(e) > dsize)
     return GJ_FAIL("%s: tensor '%s': data_offsets outside the %llu data bytes of the file", path, key,
                    (unsigned long long)dsize);
   t->begin = data0 + (uint64_t)json_integer_value(b), t->end = data0 + (uint64_t)json_integer_value(e);
   if (t->end - t->begin != bytes)
-    return GJ_FAIL("%s: tensor '%s': %llu data bytes for %zu elements of %zu bytes", path, key,
-                   (unsigned long long)(t->end - t->begin), numel, (size_t)t->elem_size);
+    return GJ_FAIL("%s: tensor '%s': %llu data bytes for %zu elements of %d bits", path, key,
+                   (unsigned long long)(t->end - t->begin), numel, t->elem_bits);
   return 0;
+}
+
+/* The JSON objects of a header (braces outside strings), counted before it is parsed: each
+ * tensor is one, and parsing a million of them would take seconds and gigabytes. */
+static size_t count_objects(const char *h, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0, in_str = 0; i < n; i++)
+    if (in_str && h[i] == '\\') i++;
+    else if (h[i] == '"') in_str = !in_str;
+    else if (!in_str && h[i] == '{') k++;
+  return k;
 }
 
 int gj_st_open(gj_st_file *s, const char *path) {
@@ -136,6 +159,9 @@ int gj_st_open(gj_st_file *s, const char *path) {
                                    (unsigned long long)size, (unsigned long long)GJ_ST_MAX_HEADER);
   char *hdr = malloc(hl + 1);
   if (!hdr || fread(hdr, 1, hl, s->f) != hl) return free(hdr), gj_st_close(s), GJ_FAIL("%s: cannot read the header", path);
+  if (count_objects(hdr, hl) > GJ_ST_MAX_TENSORS + 2) /* the header's own object and __metadata__ */
+    return free(hdr), gj_st_close(s), GJ_FAIL("%s: more than %d tensors in the header (a GPT-J file has a few "
+                                              "hundred)", path, GJ_ST_MAX_TENSORS);
   json_error_t err;
   /* a name given twice would leave it open which tensor is meant */
   json_t *root = json_loadb(hdr, hl, JSON_REJECT_DUPLICATES, &err);
@@ -147,8 +173,13 @@ int gj_st_open(gj_st_file *s, const char *path) {
                    root ? "another JSON value" : err.text);
   }
   uint64_t data0 = 8 + hl, dsize = size - data0;
-  size_t nkeys = json_object_size(root);
-  s->t = nkeys < INT32_MAX ? calloc(nkeys + 1, sizeof(gj_st_tensor)) : NULL;
+  size_t nkeys = json_object_size(root), nt = nkeys - (json_object_get(root, "__metadata__") != NULL);
+  if (nt > GJ_ST_MAX_TENSORS) {
+    json_decref(root);
+    gj_st_close(s);
+    return GJ_FAIL("%s: more than %d tensors in the header (a GPT-J file has a few hundred)", path, GJ_ST_MAX_TENSORS);
+  }
+  s->t = calloc(nkeys + 1, sizeof(gj_st_tensor));
   int rc = s->t ? 0 : GJ_FAIL("%s: out of memory for %zu tensors", path, nkeys);
   const char *key;
   json_t *v;
@@ -191,7 +222,7 @@ const gj_st_tensor *gj_st_find(const gj_st_file *s, const char *name) {
 /* n elements of t from element e0 (row-major), converted to float32 into out. */
 static int read_elems(gj_st_file *s, const gj_st_tensor *t, uint64_t e0, uint64_t n, float *out) {
   if (t->dtype == GJ_ST_OTHER)
-    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", s->path, t->name, t->dtype_name);
+    return GJ_FAIL("%s: tensor '%s': dtype %s is not supported for weights (F32, F16, BF16)", s->path, t->name, t->dtype_name);
   size_t es = (size_t)t->elem_size;
   if (fseeko(s->f, (off_t)(t->begin + e0 * es), SEEK_SET)) return GJ_FAIL("%s: seek failed", s->path);
   if (t->dtype == GJ_ST_F32) {
@@ -211,7 +242,8 @@ static int read_elems(gj_st_file *s, const gj_st_tensor *t, uint64_t e0, uint64_
 }
 
 int gj_st_read_f32(gj_st_file *s, const gj_st_tensor *t, float *out) {
-  return read_elems(s, t, 0, (t->end - t->begin) / (uint64_t)t->elem_size, out);
+  /* elem_size is 0 for the dtypes below a byte, which read_elems refuses */
+  return read_elems(s, t, 0, t->elem_size ? (t->end - t->begin) / (uint64_t)t->elem_size : 0, out);
 }
 
 int gj_st_read_block_f32(gj_st_file *s, const gj_st_tensor *t, int64_t row0, int64_t nrows, int64_t col0,
@@ -274,34 +306,48 @@ int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int 
   return rc;
 }
 
-int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel) {
+int gj_st_write_tensor(gj_st_writer *w, const char *name, const float *data, uint64_t numel) {
   if (w->dtype == GJ_ST_F32) {
-    if (fwrite(data, 4, numel, w->f) != numel) return GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
+    if (fwrite(data, 4, numel, w->f) != numel) return GJ_FAIL("%s: write failed: %s", w->out.tmp, strerror(errno));
     return 0;
   }
   uint16_t buf[65536];
   for (uint64_t i = 0; i < numel;) {
     size_t k = (size_t)GJ_MIN((uint64_t)65536, numel - i);
-    for (size_t j = 0; j < k; j++) buf[j] = gj_f32_to_bf16(data[i + j]);
-    if (fwrite(buf, 2, k, w->f) != k) return GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
+    for (size_t j = 0; j < k; j++) {
+      buf[j] = gj_f32_to_bf16(data[i + j]);
+      /* beyond 3.3961e38 a float32 rounds to bfloat16's inf: not the value it was */
+      if ((buf[j] & 0x7fff) == 0x7f80 && isfinite(data[i + j]))
+        return GJ_FAIL("%s: tensor '%s': %.9g is beyond the range of bfloat16 (it would round to inf); "
+                       "write float32 (--dtype float32)", w->out.path, name, data[i + j]);
+    }
+    if (fwrite(buf, 2, k, w->f) != k) return GJ_FAIL("%s: write failed: %s", w->out.tmp, strerror(errno));
     i += k;
   }
   return 0;
 }
 
+int gj_st_write_close(gj_st_writer *w) {
+  if (!w->f) return GJ_FAIL("%s: not being written", w->out.path);
+  /* synced here, not in the commit: the renames that follow should be quick */
+  int bad = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+  int e = errno;
+  bad |= fclose(w->f) != 0;
+  if (bad && !e) e = errno;
+  w->f = NULL;
+  if (!bad) return 0;
+  int rc = GJ_FAIL("%s: write failed: %s", w->out.tmp, strerror(e));
+  gj_outfile_abort(&w->out);
+  return rc;
+}
+
 int gj_st_write_end(gj_st_writer *w, int ok) {
   if (!w->f) return 0;
-  int bad = fflush(w->f) != 0;
-  bad |= fclose(w->f) != 0;
-  w->f = NULL;
   if (!ok) {
+    fclose(w->f), w->f = NULL;
     gj_outfile_abort(&w->out);
     return 0;
   }
-  if (bad) {
-    int rc = GJ_FAIL("%s: write failed (disk full?)", w->out.tmp);
-    gj_outfile_abort(&w->out);
-    return rc;
-  }
+  GJ_TRY(gj_st_write_close(w));
   return gj_outfile_commit(&w->out);
 }

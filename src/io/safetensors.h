@@ -13,7 +13,7 @@
 
 #include "io/outfile.h"
 
-/* GJ_ST_OTHER: any other safetensors dtype (BOOL, U8, I64, F64, ...): its bytes are checked
+/* GJ_ST_OTHER: any other safetensors dtype (BOOL, U8, I64, F64, F8_*, F4, ...): its bytes are checked
  * like any tensor's, but it is not read (Hugging Face's attention-mask buffers, skipped). */
 typedef enum { GJ_ST_F32, GJ_ST_F16, GJ_ST_BF16, GJ_ST_OTHER } gj_st_dtype;
 
@@ -21,7 +21,8 @@ typedef struct {
   char name[256];
   gj_st_dtype dtype;
   char dtype_name[16]; /* as the header spells it */
-  int elem_size;       /* bytes per element */
+  int elem_size;       /* bytes per element (0 for F4 and F6, below a byte) */
+  int elem_bits;       /* bits per element */
   int ndim;
   int64_t shape[4];
   uint64_t begin, end; /* absolute file offsets */
@@ -30,6 +31,9 @@ typedef struct {
 /* Longest header accepted (the limit of Hugging Face's own reader, 100 MB: about a million
  * tensors); a longer one is refused before it is read. */
 #define GJ_ST_MAX_HEADER 100000000ULL
+/* Most tensors in one file (a GPT-J file has a few hundred), counted before the header is
+ * parsed: parsing a header of a million empty tensors would take seconds and gigabytes. */
+#define GJ_ST_MAX_TENSORS 262144
 
 typedef struct {
   char path[GJ_PATH_BUF];
@@ -54,7 +58,8 @@ int gj_st_read_block_f32(gj_st_file *s, const gj_st_tensor *t, int64_t row0, int
 /* Writing: give the tensors (names, shapes, dtype) first, then their data in the same order,
  * then end. The data goes to a temporary file beside path (io/outfile.h) that end(ok) syncs
  * and renames into place and end(!ok) removes: a failure leaves an old file at path as it
- * was. A failed begin leaves nothing to end. */
+ * was. A failed begin leaves nothing to end. A value that the dtype cannot hold (a float32
+ * beyond bfloat16's range, which would round to inf) is refused, naming the tensor. */
 typedef struct {
   FILE *f;
   gj_outfile out;
@@ -63,8 +68,12 @@ typedef struct {
 } gj_st_writer;
 int gj_st_write_begin(gj_st_writer *w, const char *path, gj_st_dtype dtype, int n,
                       const char *const *names, const int *ndims, const int64_t (*shapes)[2]);
-int gj_st_write_tensor(gj_st_writer *w, const float *data, uint64_t numel);
+int gj_st_write_tensor(gj_st_writer *w, const char *name, const float *data, uint64_t numel);
 int gj_st_write_end(gj_st_writer *w, int ok);
+/* Instead of end(1), for a file committed together with others (gj_hf_commit): the data is
+ * complete, synced and closed in w->out.tmp, which the caller then commits or aborts; on
+ * failure the temporary is removed. */
+int gj_st_write_close(gj_st_writer *w);
 
 /* Exact conversions. */
 float gj_f16_to_f32(uint16_t h);
