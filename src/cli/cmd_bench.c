@@ -122,8 +122,8 @@ static int setup(bench_ctx *x) {
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, 1, tokens, &ms.grads));
   GJ_TRY(gj_mem_check(x->g.world,
                       (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16 +
-                          gj_dp_staging_bytes(x->g.dp_size) + gj_self_rss_bytes(),
-                      "parameters, gradients, AdamW, activations, bf16 copies, DP buffers and this process so far",
+                          gj_dp_staging_bytes(x->g.dp_size, (int)o->zero),
+                      "parameters, gradients, AdamW, activations, bf16 copies and DP buffers",
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch", 0, NULL));
   int rc = o->oib ? gj_state_create_oib(&x->st, &x->c, &x->g, 1)
                   : gj_state_create_rows(&x->st, &x->c, &x->g, (int)o->zero, tokens);

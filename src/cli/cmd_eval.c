@@ -97,10 +97,13 @@ static int load_model(gj_state *st, gj_model *m, gj_grid *g, const char *ckpt, c
   if (!rc) rc = gj_model_sizes(&ms, &c, g->tp_size, g->dp_size, 0, keep, 0, B, *T, omp_get_max_threads());
   if (!rc) rc = lean16 ? gj_state_weights16_bytes(&c, g->tp_size, &wbytes) : (wbytes = ms.params, 0);
   if ((rc = gj_agree(w, rc))) return gj_hf_close(&h), rc;
-  char detail[256];
-  const double base = gj_self_rss_bytes(); /* libraries, MPI: what the process holds already */
-  snprintf(detail, sizeof detail, "weights%s %.2f, activations %.2f, this process so far %.2f",
-           lean16 ? " in bf16" : "", wbytes / 1e9, ms.acts / 1e9, base / 1e9);
+  char detail[256], held[64] = "";
+  /* against --mem-per-rank-gb what the process holds already (libraries, MPI; MemAvailable
+   * has it taken off already) */
+  const double base = mem_gb > 0 ? gj_self_rss_bytes() : 0;
+  if (base > 0) snprintf(held, sizeof held, ", this process so far %.2f", base / 1e9);
+  snprintf(detail, sizeof detail, "weights%s %.2f, activations %.2f%s", lean16 ? " in bf16" : "", wbytes / 1e9,
+           ms.acts / 1e9, held);
   rc = gj_mem_check(w, (double)wbytes + ms.acts + base, detail, hint, mem_gb, NULL);
   if (!rc) {
     rc = lean16 ? gj_state_create_weights16(st, &c, g) : gj_state_create_weights(st, &c, g);

@@ -108,9 +108,11 @@ int gj_cmd_plan(int argc, char **argv) {
   const int mode = gj_train_mode((int)oib, A); /* as train's */
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
   GJ_TRY(gj_state_train_grad_bytes(&c, (int)tp, (int)oib, A, (int64_t)tokens, &ms.grads));
-  /* what train's memory check counts: the DP staging (a bucket and a rank's piece of one) and
-   * the process itself (libraries, MPI: this one's stands in for train's) */
-  const double comm_buf = (double)gj_dp_staging_bytes((int)dp), base = gj_self_rss_bytes();
+  /* what train's memory check counts: ZeRO-1's staging (a bucket and a rank's piece of one) and,
+   * against --mem-per-rank-gb, the process itself (libraries, MPI: this one's stands in for
+   * train's; MemAvailable has it taken off already) */
+  const double comm_buf = (double)gj_dp_staging_bytes((int)dp, (int)zero);
+  const double base = mem_gb > 0 ? gj_self_rss_bytes() : 0;
   double total = (double)ms.params + ms.grads + ms.moments + ms.acts + ms.w16 + comm_buf + base;
   double avail = mem_gb > 0 ? mem_gb * 1e9 : gj_mem_available_bytes() / GJ_MAX(rpn, 1);
   int64_t N = B * T;
@@ -178,7 +180,7 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("\n");
   if (ms.w16) printf("  bf16 weight copies%12.3f GB\n", ms.w16 / 1e9);
   printf("  comm buffers      %12.3f GB\n", comm_buf / 1e9);
-  printf("  process           %12.3f GB (libraries and MPI: this process's own)\n", base / 1e9);
+  if (base > 0) printf("  process           %12.3f GB (libraries and MPI: this process's own)\n", base / 1e9);
   printf("  total             %12.3f GB   of %.3f GB available per rank (%s): %s\n", total / 1e9,
          avail / 1e9, mem_gb > 0 ? "--mem-per-rank-gb" : "this machine's, over --ranks-per-node",
          total <= avail ? "fits" : "DOES NOT FIT");

@@ -7,8 +7,8 @@
 
 static size_t staging_floats(size_t bucket, int dp_size) { return bucket + bucket / GJ_MAX(dp_size, 1) + 1; }
 
-size_t gj_dp_staging_bytes(int dp_size) {
-  return dp_size > 1 ? staging_floats(GJ_DP_BUCKET_FLOATS, dp_size) * sizeof(float) : 0;
+size_t gj_dp_staging_bytes(int dp_size, int zero) {
+  return zero && dp_size > 1 ? staging_floats(GJ_DP_BUCKET_FLOATS, dp_size) * sizeof(float) : 0;
 }
 
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,

@@ -29,9 +29,9 @@ typedef struct {
 
 #define GJ_DP_BUCKET_FLOATS ((size_t)1 << 22) /* 16 MB, the default bucket */
 
-/* The bytes of the default bucket's staging buffer that gj_dp_init allocates: resident (touched)
- * with more than one DP rank only. */
-size_t gj_dp_staging_bytes(int dp_size);
+/* The bytes of the default bucket's staging buffer that gj_dp_init allocates: resident (written)
+ * under ZeRO-1 with more than one DP rank only (its all-gather). */
+size_t gj_dp_staging_bytes(int dp_size, int zero);
 
 /* rows (or NULL): the gradients of the block's [0, skip) are held as rows. bucket_floats 0: the
  * default. */
