@@ -78,8 +78,10 @@ mkdir -p "$w/vocab" && echo '{"a": 0,' > "$w/vocab/encoder.json" && cp "$top/dat
 # A small model (V 64, D 16, 1 layer: small.conf) with checkpoints and datasets written here,
 # valid (s_good.h5, small.h5) or with one hostile size or type each.
 printf 'vocab_size = 64\nn_positions = 32\nn_embd = 16\nn_layer = 1\nn_head = 2\nrotary_dim = 4\nn_inner = 32\n' > "$w/small.conf"
-# a sharded random model, then a one-file one asked into the same directory (its index would shadow it)
+# a sharded random model, then a one-file one asked into the same directory (gptj would take its index)
 "$g" random-hf --preset tiny --out "$w/rhf" --shard-gb 0.01 >/dev/null 2>&1
+# and a one-file model, then a sharded one asked into its directory (transformers takes the file)
+"$g" random-hf --preset tiny --out "$w/rh1" >/dev/null 2>&1
 printf 'data = "unterminated\n' > "$w/quote.conf"
 /usr/bin/python3 - "$w" <<'PY'
 import sys, os, json, struct, zlib, h5py, numpy as np
@@ -322,6 +324,7 @@ rows=(
 "0|--checkpoint is an option of --to-hf, not of --from-hf|convert --from-hf $w/rhf --out $w/x.h5 --checkpoint $ck"
 "0|--out is an option of --from-hf|convert --to-hf $w/hfo4 --checkpoint $ck --out $w/x.h5"
 "0|--out $w/rhf: holds a sharded model (model.safetensors.index.json)|random-hf --preset tiny --out $w/rhf"
+"0|--out $w/rh1: holds a single-file model (model.safetensors), which transformers would take|random-hf --preset tiny --out $w/rh1 --shard-gb 0.01"
 "0|--vocab-dir $w/v70k: 70000 ids, more than the 65,536 a token file's uint16 ids hold|tokenize --vocab-dir $w/v70k --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--vocab-dir $w/veot: id 50256 is not <|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"

@@ -664,6 +664,20 @@ START_TEST(test_random_hf_atomic) {
 }
 END_TEST
 
+/* random-hf holds the stop signals while it writes: a signal the process ignores (SIGHUP under
+ * nohup) is held pending too, and must not stop it. */
+START_TEST(test_random_hf_nohup) {
+  char d[1300];
+  snprintf(d, sizeof d, "%s/rhn", OUT);
+  sh("rm -rf %s", d);
+  ck_assert_int_eq(sh("(trap '' HUP; exec %s/gptj random-hf --preset gptj-125m --out %s >%s.log 2>&1) & p=$!; "
+                      "until grep -q parameters %s.log || ! kill -0 $p 2>/dev/null; do sleep 0.01; done; "
+                      "kill -HUP $p; wait $p", B_, d, d, d), 0);
+  ck_assert_int_eq(sh("test -f %s/config.json && test -f %s/model.safetensors", d, d), 0);
+  sh("rm -rf %s", d);
+}
+END_TEST
+
 /* config.json and the index: a failed write says why (errno), not "disk full?" for all. */
 START_TEST(test_hf_json_errors) {
   const char *nm[1] = {"lm_head.bias"}, *fl[1] = {"model.safetensors"};
@@ -773,6 +787,7 @@ int main(void) {
   TU_ADD(s, test_from_hf_nonfinite, NULL, 300);
   TU_ADD(s, test_to_hf_bf16_range, NULL, 300);
   TU_ADD(s, test_random_hf_atomic, NULL, 300);
+  TU_ADD(s, test_random_hf_nohup, NULL, 300);
   TU_ADD(s, test_hf_json_errors, NULL, 300);
   TU_ADD(s, test_st_dtypes, NULL, 300);
   return tu_run(s);

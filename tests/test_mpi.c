@@ -295,8 +295,8 @@ END_TEST
 
 /* The embedding's gradient as rows (gj_state_embedding_rows) trains as the dense gradient does:
  * 3 steps on TP = ranks with 2 micro-batches (each TP shard's rows, grown by the second
- * micro-batch), on DP = ranks (the union of the ranks' rows) and with ZeRO-1 (the reduce-scatter
- * around the rows, each rank's share of AdamW over them): the same losses, norms and weights,
+ * micro-batch), on DP = ranks (the union of the ranks' rows) and with ZeRO-1 (each rank's share
+ * of AdamW over them): the same losses, norms and weights,
  * bit for bit where the sums meet in the same order (up to 2 DP ranks; with 4, Open MPI's
  * all-reduce of the rows may add in another order than the block's). 64 tokens a step of a
  * 512-token vocabulary (ids over all of it, so over every TP shard): most rows are absent,

@@ -60,15 +60,16 @@ static int from_hf(const char *dir, const char *out) {
 
 
 /* The directory of --to-hf exists (made if need be: *made), and neither output replaces the
- * checkpoint being read; a sharded model already there would shadow the new file (readers
- * prefer model.safetensors.index.json), so it is refused too. */
+ * checkpoint being read; a sharded model already there beside the new file would make two
+ * models of the directory (gptj's reader takes the index, transformers the single file), so it
+ * is refused too. */
 static int to_hf_plan(const char *ckpt, const char *dir, const char *st_path, const char *cfg_path, int *made) {
   struct stat st;
   GJ_TRY(gj_hf_make_dir(dir, "--to-hf", made));
   char idx[GJ_PATH_BUF];
   GJ_TRY(gj_path_join(idx, sizeof idx, dir, "model.safetensors.index.json"));
   if (!lstat(idx, &st))
-    return GJ_FAIL("--to-hf %s: holds a sharded model (model.safetensors.index.json), which readers would "
+    return GJ_FAIL("--to-hf %s: holds a sharded model (model.safetensors.index.json), which gptj would "
                    "take instead of the model.safetensors written here; remove it or give another directory", dir);
   gj_file_ref outs[2] = {{"output", st_path}, {"output", cfg_path}}, in = {"--checkpoint", ckpt};
   return gj_outfile_plan(outs, 2, &in, 1);

@@ -81,13 +81,16 @@ static int plan_shards(rhf *x, uint64_t *total) {
 }
 
 /* The stop signals are held while the files are written (more temporaries than the signal
- * handler can remove may be pending): one that arrived is pending, seen here between tensors. */
+ * handler can remove may be pending): one that arrived is pending, seen here between tensors.
+ * A signal the process ignores (nohup's SIGHUP) stays pending while held too: not a stop. */
 static int stop_pending(void) {
   sigset_t set;
   if (sigpending(&set)) return 0;
   int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-    if (sigismember(&set, sigs[i])) return sigs[i];
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction sa;
+    if (sigismember(&set, sigs[i]) && !sigaction(sigs[i], NULL, &sa) && sa.sa_handler != SIG_IGN) return sigs[i];
+  }
   return gj_stop_signal();
 }
 
@@ -165,8 +168,14 @@ static int run(rhf *x) {
   char idx[GJ_PATH_BUF];
   int rc = gj_path_join(idx, sizeof idx, x->out, "model.safetensors.index.json");
   if (!rc && x->nshards == 1 && !lstat(idx, &st))
-    rc = GJ_FAIL("--out %s: holds a sharded model (model.safetensors.index.json), which readers would take "
+    rc = GJ_FAIL("--out %s: holds a sharded model (model.safetensors.index.json), which gptj would take "
                  "instead of the model.safetensors written here; remove it or give another directory", x->out);
+  /* and the other way round: transformers takes a model.safetensors before an index */
+  char one[GJ_PATH_BUF];
+  if (!rc) rc = gj_path_join(one, sizeof one, x->out, "model.safetensors");
+  if (!rc && x->nshards > 1 && !lstat(one, &st))
+    rc = GJ_FAIL("--out %s: holds a single-file model (model.safetensors), which transformers would take "
+                 "instead of the shards written here; remove it or give another directory", x->out);
   if (!rc)
     gj_info("random-hf: %lld parameters, %.2f GB of %s in %d file(s) -> %s", (long long)x->l.n_global,
             total / 1e9, x->dtype, x->nshards, x->out);
@@ -179,6 +188,8 @@ static int run(rhf *x) {
   if (!rc) rc = write_meta(x, total);
   for (int s = 0; s <= x->nshards; s++) gj_outfile_abort(&x->outs[s]);
   if (rc) gj_hf_unmake_dir(x->out, made);
+  /* a stop signal ends the process as it is let through: say why first */
+  if (rc && stop_pending()) fprintf(stderr, "gptj random-hf: error: %s\n", gj_errmsg());
   gj_signals_hold(0);
   return rc;
 }
