@@ -189,8 +189,8 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("per step:\n");
   printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
          recompute ? ", plus the recomputed forward" : "");
-  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients)\n",
-         tp_bytes, dp_bytes);
+  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s)\n",
+         tp_bytes, dp_bytes, zero ? ", and the updated parameters' all-gather" : "");
   printf("time per step (estimate):\n");
   printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s%s)\n", t_comp, rate / 1e9,
          sgemm_g > 0 ? "given" : "measured here on the model's shapes: ", sgemm_g > 0 ? "" : gj_gemm_describe());
