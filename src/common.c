@@ -65,6 +65,9 @@ static char tmp_path[TMP_SLOTS][GJ_PATH_BUF];
 static volatile sig_atomic_t tmp_used[TMP_SLOTS];
 static volatile sig_atomic_t stop_sig = 0;
 static int graceful_mode = 0;
+/* a directory the command made for its outputs: removed with them if it is still empty */
+static char made_dir[GJ_PATH_BUF];
+static volatile sig_atomic_t made_dir_used;
 
 void gj_tmp_register(const char *path) {
   for (int i = 0; i < TMP_SLOTS; i++)
@@ -80,9 +83,16 @@ void gj_tmp_unregister(const char *path) {
     if (tmp_used[i] && !strcmp(tmp_path[i], path)) tmp_used[i] = 0;
 }
 
+void gj_tmp_register_dir(const char *path) {
+  made_dir_used = 0;
+  snprintf(made_dir, sizeof made_dir, "%s", path);
+  made_dir_used = path != NULL;
+}
+
 static void die_by(int sig) {
   for (int i = 0; i < TMP_SLOTS; i++)
     if (tmp_used[i]) unlink(tmp_path[i]);
+  if (made_dir_used) rmdir(made_dir); /* fails, as it should, unless it is empty */
   signal(sig, SIG_DFL);
   raise(sig);
   _exit(128 + sig);

@@ -94,6 +94,9 @@ const char *gj_signal_name(int sig); /* "SIGUSR1", ... */
 /* Temporary files to remove if a signal ends the process (up to 16 at once). */
 void gj_tmp_register(const char *path);
 void gj_tmp_unregister(const char *path);
+/* A directory made for the outputs (NULL: none): a stop signal that ends the process removes it
+ * after the temporaries, if it is then empty. */
+void gj_tmp_register_dir(const char *path);
 
 /* The world's size, for checks that depend on it (gj_log_set_world; 1 by default). */
 void gj_log_set_world(int rank, int size);

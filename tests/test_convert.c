@@ -678,6 +678,22 @@ START_TEST(test_random_hf_nohup) {
 }
 END_TEST
 
+/* convert --to-hf stopped by SIGTERM while it writes: its temporaries are gone, and so is the
+ * directory it made for them (empty then). */
+START_TEST(test_to_hf_stopped) {
+  char d[1300];
+  snprintf(d, sizeof d, "%s/tostop", OUT);
+  sh("rm -rf %s %s.hf %s.h5", d, d, d);
+  ck_assert_int_eq(sh("%s/gptj random-hf --preset gptj-125m --out %s.hf >/dev/null && "
+                      "%s/gptj convert --from-hf %s.hf --out %s.h5 >/dev/null", B_, d, B_, d, d), 0);
+  ck_assert_int_eq(sh("%s/gptj convert --to-hf %s --checkpoint %s.h5 >%s.log 2>&1 & p=$!; "
+                      "until test -d %s || ! kill -0 $p 2>/dev/null; do sleep 0.01; done; sleep 0.2; "
+                      "kill -TERM $p; wait $p", B_, d, d, d, d), 128 + 15);
+  ck_assert_int_ne(sh("test -e %s", d), 0);
+  sh("rm -rf %s.hf %s.h5", d, d);
+}
+END_TEST
+
 /* config.json and the index: a failed write says why (errno), not "disk full?" for all. */
 START_TEST(test_hf_json_errors) {
   const char *nm[1] = {"lm_head.bias"}, *fl[1] = {"model.safetensors"};
@@ -788,6 +804,7 @@ int main(void) {
   TU_ADD(s, test_to_hf_bf16_range, NULL, 300);
   TU_ADD(s, test_random_hf_atomic, NULL, 300);
   TU_ADD(s, test_random_hf_nohup, NULL, 300);
+  TU_ADD(s, test_to_hf_stopped, NULL, 300);
   TU_ADD(s, test_hf_json_errors, NULL, 300);
   TU_ADD(s, test_st_dtypes, NULL, 300);
   return tu_run(s);

@@ -136,7 +136,7 @@ static int to_hf(const char *ckpt, const char *dir, const char *dtype) {
   if (!rc) gj_info("converted %s -> %s (model.safetensors %s, config.json)", ckpt, dir, dtype);
   free(order), free(sn), free(snd), free(ssh), free(buf);
   gj_layout_free(&l);
-  if (rc) gj_hf_unmake_dir(dir, made);
+  gj_hf_unmake_dir(dir, rc ? made : 0);
   return rc;
 }
 

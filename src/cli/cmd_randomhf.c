@@ -187,7 +187,7 @@ static int run(rhf *x) {
   for (int s = 0; s < x->nshards && !rc; s++) rc = write_shard(x, s);
   if (!rc) rc = write_meta(x, total);
   for (int s = 0; s <= x->nshards; s++) gj_outfile_abort(&x->outs[s]);
-  if (rc) gj_hf_unmake_dir(x->out, made);
+  gj_hf_unmake_dir(x->out, rc ? made : 0);
   /* a stop signal ends the process as it is let through: say why first */
   if (rc && stop_pending()) fprintf(stderr, "gptj random-hf: error: %s\n", gj_errmsg());
   gj_signals_hold(0);

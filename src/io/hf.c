@@ -292,13 +292,14 @@ int gj_hf_write_index(const char *path, const char *const *names, const char *co
 int gj_hf_make_dir(const char *dir, const char *what, int *made) {
   struct stat st;
   *made = 0;
-  if (!mkdir(dir, 0755)) *made = 1;
+  if (!mkdir(dir, 0755)) *made = 1, gj_tmp_register_dir(dir);
   else if (errno != EEXIST) return GJ_FAIL("%s %s: %s", what, dir, strerror(errno));
   if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return GJ_FAIL("%s %s: not a directory", what, dir);
   return 0;
 }
 
 void gj_hf_unmake_dir(const char *dir, int made) {
+  gj_tmp_register_dir(NULL);
   if (made) rmdir(dir); /* fails, as it should, unless it is still empty */
 }
 

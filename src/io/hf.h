@@ -51,8 +51,9 @@ int gj_hf_write_index(const char *path, const char *const *names, const char *co
                       uint64_t total_size);
 
 /* The directory a command writes a model into (what: its flag, for messages), made if it is
- * missing (*made = 1 then); after a failure, unmake removes it if this command made it and it
- * is still empty. */
+ * missing (*made = 1 then; until unmake, a stop signal removes it if it is empty). unmake ends
+ * that: after a failure (made: this command made it) it removes the directory if it is still
+ * empty; after a success pass made = 0. */
 int gj_hf_make_dir(const char *dir, const char *what, int *made);
 void gj_hf_unmake_dir(const char *dir, int made);
 /* Rename complete temporaries (files[n], then cfg: config.json) into place, the stop signals
