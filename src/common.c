@@ -102,6 +102,9 @@ static void die_by(int sig) {
  * end it, without leaving its temporaries. */
 static void on_pipe(int sig) { die_by(sig); }
 
+static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+#define N_STOP_SIGS (sizeof stop_sigs / sizeof stop_sigs[0])
+
 static void on_signal(int sig) {
   if (!graceful_mode || (stop_sig && (sig == SIGINT || sig == SIGTERM))) die_by(sig);
   if (!stop_sig) stop_sig = sig;
@@ -119,23 +122,18 @@ void gj_signals_install(int graceful) {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+  for (size_t i = 0; i < N_STOP_SIGS; i++) {
     struct sigaction old;
     /* a signal the caller ignores (nohup) stays ignored */
-    if (!sigaction(sigs[i], NULL, &old) && old.sa_handler == SIG_IGN) continue;
-    sigaction(sigs[i], &sa, NULL);
+    if (!sigaction(stop_sigs[i], NULL, &old) && old.sa_handler == SIG_IGN) continue;
+    sigaction(stop_sigs[i], &sa, NULL);
   }
   struct sigaction old;
   if (!sigaction(SIGPIPE, NULL, &old) && old.sa_handler != SIG_IGN) {
     sa.sa_handler = on_pipe;
     sigaction(SIGPIPE, &sa, NULL);
   }
-  /* blocked across a re-exec (blaskernel.c): delivered now, to the handlers */
-  sigset_t set;
-  sigemptyset(&set);
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&set, sigs[i]);
-  sigprocmask(SIG_UNBLOCK, &set, NULL);
+  gj_signals_hold(0); /* blocked across a re-exec (blaskernel.c): delivered now, to the handlers */
 }
 
 int gj_stop_signal(void) { return stop_sig; }
@@ -143,8 +141,20 @@ int gj_stop_signal(void) { return stop_sig; }
 void gj_signals_hold(int on) {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT), sigaddset(&set, SIGTERM), sigaddset(&set, SIGHUP), sigaddset(&set, SIGUSR1);
+  for (size_t i = 0; i < N_STOP_SIGS; i++) sigaddset(&set, stop_sigs[i]);
   sigprocmask(on ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+int gj_stop_pending(void) {
+  sigset_t set;
+  if (sigpending(&set)) return gj_stop_signal();
+  for (size_t i = 0; i < N_STOP_SIGS; i++) {
+    struct sigaction sa;
+    /* a signal the process ignores (nohup's SIGHUP) stays pending while held too: not a stop */
+    if (sigismember(&set, stop_sigs[i]) && !sigaction(stop_sigs[i], NULL, &sa) && sa.sa_handler != SIG_IGN)
+      return stop_sigs[i];
+  }
+  return gj_stop_signal();
 }
 
 const char *gj_signal_name(int sig) {
@@ -230,6 +240,7 @@ static double proc_kb(const char *file, const char *key) {
 }
 static double meminfo(const char *key) { return proc_kb("/proc/meminfo", key); }
 double gj_self_rss_bytes(void) { return proc_kb("/proc/self/status", "VmRSS"); }
+double gj_self_hwm_bytes(void) { return proc_kb("/proc/self/status", "VmHWM"); }
 
 /* A number from a cgroup file ("max" and v1's near-2^63 "no limit" give -1). */
 static double cg_number(const char *dir, const char *file) {

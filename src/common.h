@@ -58,6 +58,8 @@ double gj_now(void); /* monotonic seconds */
 double gj_mem_available_bytes(void);
 /* This process's resident memory now (VmRSS), bytes; 0 if /proc cannot tell. */
 double gj_self_rss_bytes(void);
+/* Its peak resident memory so far (VmHWM), bytes; 0 if /proc cannot tell. */
+double gj_self_hwm_bytes(void);
 /* The ranks of this job on this node (main sets it under MPI; 1 by default), and
  * gj_mem_available_bytes() divided by them: what one rank may hold. */
 void gj_set_node_ranks(int n);
@@ -87,6 +89,9 @@ int gj_stop_signal(void); /* the first stop signal received, 0 if none */
 /* Hold the stop signals (1) until released (0): around the renames of outputs that belong
  * together, so that a signal leaves all of them old or all new. */
 void gj_signals_hold(int on);
+/* While they are held: the stop signal waiting (one the process ignores, as nohup's SIGHUP, is
+ * not a stop), or the one received before; 0 if none. */
+int gj_stop_pending(void);
 const char *gj_signal_name(int sig); /* "SIGUSR1", ... */
 /* Return code of a command stopped cleanly by a signal before it did anything (main exits 0
  * with the recorded message). */

@@ -140,17 +140,6 @@ static int setup(bench_ctx *x) {
   return gj_agree(x->g.world, rc);
 }
 
-/* The peak RSS so far (VmHWM), in bytes; 0 if /proc cannot tell. */
-static double rss_hwm(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  double kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
-  if (f) fclose(f);
-  return kb * 1024.0;
-}
-
 /* The kernel's peak-RSS mark set back to the current RSS (clear_refs 5). */
 static int reset_hwm(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w");
@@ -163,7 +152,7 @@ static int reset_hwm(void) {
  * operands would raise the peak RSS, so the peak is noted before it and the mark reset after
  * it. Where the mark cannot be reset (the first reset tells), nothing is timed here: -1. */
 static double probe(bench_ctx *x, int replay) {
-  double before = rss_hwm();
+  double before = gj_self_hwm_bytes();
   if (before <= 0 || reset_hwm()) return -1;
   double r = replay ? gj_gemm_recorded_replay() : gj_gemm_recorded_rate(0.3);
   malloc_trim(0); /* the probe's freed operands leave the heap before the mark is reset */
@@ -249,7 +238,7 @@ static int figures(bench_ctx *x, bench_figures *f) {
   /* peak memory before the GEMM probe allocates its operands */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  f->rss_max = x->rss_probe > 0 ? GJ_MAX(x->rss_probe, rss_hwm()) : ru.ru_maxrss * 1024.0;
+  f->rss_max = x->rss_probe > 0 ? GJ_MAX(x->rss_probe, gj_self_hwm_bytes()) : ru.ru_maxrss * 1024.0;
   GJ_TRY(gj_allreduce_max_f64(x->g.world, &f->rss_max, 1));
   f->gemm_flops = gj_gemm_recorded_flops(), f->best_rate = gj_gemm_recorded_rate(0.3);
   /* the peak again, after the steps: the higher of the two (a slow moment at start read

@@ -3,7 +3,6 @@
  * (bfloat16 by default) with model.safetensors.index.json, one tensor at a time (memory: the
  * largest tensor), so that the 6B path runs here without downloading anything. */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,20 +79,6 @@ static int plan_shards(rhf *x, uint64_t *total) {
   return 0;
 }
 
-/* The stop signals are held while the files are written (more temporaries than the signal
- * handler can remove may be pending): one that arrived is pending, seen here between tensors.
- * A signal the process ignores (nohup's SIGHUP) stays pending while held too: not a stop. */
-static int stop_pending(void) {
-  sigset_t set;
-  if (sigpending(&set)) return 0;
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-    struct sigaction sa;
-    if (sigismember(&set, sigs[i]) && !sigaction(sigs[i], NULL, &sa) && sa.sa_handler != SIG_IGN) return sigs[i];
-  }
-  return gj_stop_signal();
-}
-
 static int write_shard(rhf *x, int s) {
   int n = 0, first = -1;
   for (int i = 0; i < x->l.n; i++)
@@ -115,7 +100,7 @@ static int write_shard(rhf *x, int s) {
     const gj_tensor *t = &x->l.t[first + k];
     gj_params_init_tensor(t, &x->c, x->buf, (uint64_t)x->seed);
     rc = gj_st_write_tensor(&w, t->name, x->buf, t->numel);
-    if (!rc && stop_pending()) rc = GJ_FAIL("stopped by %s", gj_signal_name(stop_pending()));
+    if (!rc && gj_stop_pending()) rc = GJ_FAIL("stopped by %s", gj_signal_name(gj_stop_pending()));
   }
   if (begun && rc) gj_st_write_end(&w, 0);
   if (begun && !rc) rc = gj_st_write_close(&w);
@@ -189,7 +174,7 @@ static int run(rhf *x) {
   for (int s = 0; s <= x->nshards; s++) gj_outfile_abort(&x->outs[s]);
   gj_hf_unmake_dir(x->out, rc ? made : 0);
   /* a stop signal ends the process as it is let through: say why first */
-  if (rc && stop_pending()) fprintf(stderr, "gptj random-hf: error: %s\n", gj_errmsg());
+  if (rc && gj_stop_pending()) fprintf(stderr, "gptj random-hf: error: %s\n", gj_errmsg());
   gj_signals_hold(0);
   return rc;
 }
