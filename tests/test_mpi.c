@@ -852,6 +852,49 @@ START_TEST(test_gather_ordered) {
 }
 END_TEST
 
+/* ZeRO-1's all-gather of the updated parameters, started and waited for in prefixes, as the
+ * next forward reads them: after gj_dp_gather_wait(hi) every float below hi holds its owner's
+ * value, whatever the pieces (a bucket of 7 floats, ranges of 23: pieces cut at the ranges'
+ * ends), at DP = the world and, on 4 ranks, at DP 2 twice at once (TP 2); twice in a row, and a
+ * second start while one is in flight is refused. */
+START_TEST(test_dp_gather) {
+  int tps[2] = {1, world_size == 4 ? 2 : 0};
+  for (int ti = 0; ti < 2; ti++) {
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    const size_t P = 23, n = P * (size_t)g.dp_size;
+    float *buf = malloc(n * sizeof(float)), *grads = calloc(n, sizeof(float));
+    gj_dp_sync s;
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7), 0);
+    int bad = 0, rcs = 0;
+    for (int round = 0; round < 2; round++) {
+      const float tag = (float)(1000 * (round + 1) + 100 * g.tp_rank);
+      for (size_t i = 0; i < n; i++) buf[i] = i / P == (size_t)g.dp_rank ? tag + (float)i : -1.0f;
+      rcs |= gj_dp_gather_start(&s, buf, P);
+      if (g.dp_size > 1 && round == 0) {
+        ck_assert_int_ne(gj_dp_gather_start(&s, buf, P), 0);
+        ck_assert_msg(strstr(gj_errmsg(), "in flight") != NULL, "%s", gj_errmsg());
+      }
+      size_t his[] = {1, 6, 7, 8, P - 1, P, P + 1, 2 * P - 2, n - 1, n, SIZE_MAX};
+      for (size_t k = 0; k < sizeof his / sizeof his[0]; k++) {
+        size_t hi = GJ_MIN(his[k], n);
+        rcs |= gj_dp_gather_wait(&s, his[k]);
+        for (size_t i = 0; i < hi; i++) bad += buf[i] != tag + (float)i;
+      }
+      ck_assert_int_eq(s.gdone, s.gn);
+    }
+    gj_dp_free(&s);
+    free(buf), free(grads);
+    gj_grid_free(&g);
+    int fails[2] = {rcs != 0, bad}; /* every rank's, reported by rank 0 */
+    MPI_Allreduce(MPI_IN_PLACE, fails, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ck_assert_int_eq(fails[0], 0);
+    ck_assert_msg(fails[1] == 0, "tp %d: %d floats not their owner's after the wait", tps[ti], fails[1]);
+  }
+}
+END_TEST
+
 /* The vocab all-gather equals the column gather onto tp rank 0 and the known row, at TP = the
  * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. */
 START_TEST(test_allgather_vocab) {
@@ -938,6 +981,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_agree);
   tcase_add_test(tc, test_gather_ordered);
   tcase_add_test(tc, test_allgather_vocab);
+  tcase_add_test(tc, test_dp_gather);
   tcase_add_test(tc, test_tp_argmax);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -328,16 +328,14 @@ static int setup_model(train_ctx *x) {
   double tk = (double)o->micro_batch * (double)o->seq_len * (double)o->grad_accum * x->g.dp_size;
   const int64_t tokens = tk < 4e18 ? (int64_t)tk : (int64_t)4e18;
   GJ_TRY(gj_state_train_grad_bytes(&x->c, x->g.tp_size, (int)o->oib, o->grad_accum, tokens, &ms->grads));
-  /* and ZeRO-1's staging, and against --mem-per-rank-gb what the process holds already
-   * (libraries, MPI, the data's index; MemAvailable has it taken off already) */
-  const double comm = (double)gj_dp_staging_bytes(x->g.dp_size, (int)o->zero);
+  /* and against --mem-per-rank-gb what the process holds already (libraries, MPI, the data's
+   * index; MemAvailable has it taken off already) */
   const double base = o->mem_gb > 0 ? gj_self_rss_bytes() : 0;
-  double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16 + comm + base;
+  double need = (double)ms->params + ms->grads + ms->moments + ms->acts + ms->w16 + base;
   char detail[320], held[64] = "";
   if (base > 0) snprintf(held, sizeof held, ", this process so far %.2f", base / 1e9);
-  snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f, "
-           "DP buffers %.2f%s", ms->params / 1e9, ms->grads / 1e9, ms->moments / 1e9, ms->acts / 1e9, ms->w16 / 1e9,
-           comm / 1e9, held);
+  snprintf(detail, sizeof detail, "parameters %.2f, gradients %.2f, AdamW %.2f, activations %.2f, bf16 weight copies %.2f%s",
+           ms->params / 1e9, ms->grads / 1e9, ms->moments / 1e9, ms->acts / 1e9, ms->w16 / 1e9, held);
   int local = 1;
   GJ_TRY(gj_mem_check(x->g.world, need, detail,
                       "use more ranks, --tp, --zero 1, --recompute 1 or a smaller --micro-batch (see gptj plan)",
