@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
   } else if (rc < 0) {
     /* Commands agree on failure across ranks before returning (gj_agree gives every rank the
      * first failing rank's message); print once. */
-    if (rank == 0) fprintf(stderr, "gptj %s: error: %s\n", cmd->name, gj_errmsg());
+    if (gj_log_rank() == 0) fprintf(stderr, "gptj %s: error: %s\n", cmd->name, gj_errmsg());
     if (getenv("GJ_DEBUG")) fprintf(stderr, "  (at %s)\n", gj_errwhere());
     rc = 1;
   }

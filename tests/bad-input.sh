@@ -329,6 +329,7 @@ rows=(
 "0|--vocab-dir $w/veot: id 50256 is not <|tokenize --vocab-dir $w/veot --out $w/x.h5 $top/data/brown-valid.txt"
 "0|--to-hf: the model has rotary_dim 0 (no rotary embedding), which transformers' GPT-J cannot run|convert --to-hf $w/hfr0 --checkpoint $w/s_rot0.h5"
 "0|random-hf: the model has rotary_dim 0|random-hf --preset tiny --rotary_dim 0 --out $w/rh0"
+"2|random-hf is a plain process: run it without mpirun (here 2 ranks would each write the same files)|random-hf --preset tiny --out $w/rhmpi"
 "0|--shard-gb 0.001: 324 shards, more than the 256 a reader accepts; give --shard-gb 0.003 or more|random-hf --preset tiny --n_embd 512 --n_head 8 --n_inner 2048 --n_layer 40 --dtype float32 --shard-gb 0.001 --out $w/rh256"
 "0|--micro-batch: 0 is out of range [1, 1048576]|train --data $w/ok.h5 --micro-batch 0"
 "0|n_head: expected a positive integer, got '0'|train --data $w/ok.h5 --n_head 0"

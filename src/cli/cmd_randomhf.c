@@ -195,6 +195,15 @@ int gj_cmd_random_hf(int argc, char **argv) {
                               "Face directory: config.json and safetensors shards with their index, one tensor\n"
                               "at a time. For trying the 6B path without downloading the model.");
   if (rc) return rc > 0 ? 0 : rc;
+  /* A plain process (MPI_Init fails under a file-size limit, which its tests set): under mpirun
+   * with several ranks each would write the same files. Refused, said once (by rank 0). */
+  const char *ws = getenv("OMPI_COMM_WORLD_SIZE"), *wr = getenv("OMPI_COMM_WORLD_RANK");
+  long world = ws ? strtol(ws, NULL, 10) : 1;
+  if (world > 1) {
+    gj_log_set_world(wr ? (int)strtol(wr, NULL, 10) : 0, (int)world);
+    return GJ_FAIL("random-hf is a plain process: run it without mpirun (here %ld ranks would each "
+                   "write the same files)", world);
+  }
   x.c = mo.config;
   rc = run(&x);
   rhf_free(&x);
