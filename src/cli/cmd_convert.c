@@ -167,5 +167,5 @@ int gj_cmd_convert(int argc, char **argv) {
   else if (!rc && to && out) rc = GJ_FAIL("--out is an option of --from-hf; --to-hf writes into its directory");
   else if (!rc && from) rc = out ? from_hf(from, out) : GJ_FAIL("--out: required with --from-hf");
   else if (!rc) rc = ckpt ? to_hf(ckpt, to, dtype ? dtype : "float32") : GJ_FAIL("--checkpoint: required with --to-hf");
-  return world > 1 ? gj_agree(gj_comm_world(), rc) : rc;
+  return world > 1 ? gj_agree_after_idle(gj_comm_world(), rc) : rc;
 }

@@ -51,6 +51,9 @@ int gj_barrier(gj_comm c);
  * every rank, the code of the lowest failing rank (negative), whose message every rank then
  * holds, prefixed "[rank K] " when K is not world rank 0. */
 int gj_agree(gj_comm comm, int rc);
+/* The same after long work that some ranks do alone (rank 0 converting a model): the others
+ * wait without keeping a core busy (a non-blocking barrier tested every 5 ms). */
+int gj_agree_after_idle(gj_comm comm, int rc);
 /* The agree-else-fail pattern: if ((rc = gj_agree(c, rc))) return rc; */
 #define GJ_AGREE(c, rc)                                                                      \
   do {                                                                                       \
