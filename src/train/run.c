@@ -80,6 +80,7 @@ typedef struct {
   double steps_time;   /* the summed time of the steps since the last log line */
   double peak, gemm_rate, gemm_flops, flops_tok;
   int no_probe; /* the GEMM-rate probe would not fit in memory: no GEMM efficiency */
+  int over;     /* this rank's peak RSS went above --mem-per-rank-gb (warned) */
 } loop_state;
 
 static double peak_rss_bytes(void) {
@@ -271,6 +272,16 @@ static int loop_step(loop_state *s, int *stop) {
   meta->loader = r->loader->st;
   double now = gj_now(), dt = now - t0;
   probe_ceilings(s, step, &now);
+  /* The memory check counts what gptj allocates and what the process held before; the
+   * libraries' per-thread buffers come later (the BLAS's and oneDNN's work space, a malloc
+   * arena a thread: about 25 MB a thread past the first here). Measured, and said once. */
+  const double peak = peak_rss_bytes();
+  if (r->mem_budget > 0 && !s->over && peak > r->mem_budget) {
+    s->over = 1;
+    gj_warn("step %lld: peak resident memory %.3f GB is above --mem-per-rank-gb %.3f: the memory check "
+            "does not count the libraries' per-thread buffers (BLAS, oneDNN, malloc arenas); leave room for them",
+            (long long)step, peak / 1e9, r->mem_budget / 1e9);
+  }
   s->steps_time += dt;
   /* the first step (cold: primitives created, pages first touched, products recorded) only
    * until the second replaces it */
