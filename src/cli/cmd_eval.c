@@ -185,8 +185,12 @@ int gj_cmd_eval(int argc, char **argv) {
   double bpb = nll / log(2.0) / (double)ds.n_bytes;
   gj_info("eval %s on %s: %lld tokens scored, window %lld, stride %lld", ckpt ? ckpt : hf, data, (long long)cnt,
           (long long)T, (long long)S);
-  gj_info("nll %.6f | perplexity %.4f | bits per byte %.6f | %.1f s", nll / cnt, exp(nll / cnt),
-          max_windows || !ds.n_bytes ? NAN : bpb, gj_now() - t0);
+  /* bits per byte only over the whole dataset of known source bytes */
+  char bb[96];
+  if (max_windows) snprintf(bb, sizeof bb, "- (--max-windows: a part's bytes are not known)");
+  else if (!ds.n_bytes) snprintf(bb, sizeof bb, "- (the dataset records no source bytes)");
+  else snprintf(bb, sizeof bb, "%.6f", bpb);
+  gj_info("nll %.6f | perplexity %.4f | bits per byte %s | %.1f s", nll / cnt, exp(nll / cnt), bb, gj_now() - t0);
 done:
   gj_dataset_free(&ds);
   gj_model_free(&m);
