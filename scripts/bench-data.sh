@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Corpus-scale data, measured: builds a corpus of --size GB from the bundled Brown text, varied
-# (every document a fresh random draw of 3..40 sentences from ~57,000, in random order, so no
+# (every document a fresh random draw of 3..40 of its 48,866 sentences, in random order, so no
 # two documents are alike), as one JSONL file; tokenizes it on 1 and on 2 ranks (wall time,
 # MB/s of input, peak RSS per rank, whether the two outputs are byte-identical); then trains
 # --steps steps from it and from a small dataset (the Brown validation text), the same run
@@ -8,12 +8,15 @@
 #   scripts/bench-data.sh [--size GB] [--dir D] [--steps 20] [--preset tiny] [--seq-len N]
 #                         [--micro-batch 8] [--gptj PATH] [--keep]
 # Needs about 2.1 x --size GB free in --dir (the text, one token dataset, tokenize's spool);
-# it works in a directory of its own inside --dir, removed at the end unless --keep. --seq-len defaults to the preset's
-# n_positions. Prints a Markdown table.
+# it works in a directory of its own inside --dir, removed at the end (also on error and on
+# Ctrl-C) unless --keep. --seq-len defaults to the preset's n_positions. Prints a Markdown table.
+# gptj: --gptj, else $GPTJ, else the build tree or PATH (scripts/gptj-bin.sh).
 set -euo pipefail
-size=4 dir=${TMPDIR:-/tmp}/gptj-bench-data steps=20 preset=tiny seq= mb=8 gptj= keep=0
+size=4 dir=${TMPDIR:-/tmp}/gptj-bench-data steps=20 preset=tiny seq='' mb=8 gptj='' keep=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --size|--dir|--steps|--preset|--seq-len|--micro-batch|--gptj)
+      [ $# -ge 2 ] || { echo "bench-data.sh: error: $1: missing value" >&2; exit 2; } ;;&
     --size) size=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
     --micro-batch) mb=$2; shift 2 ;;
     --gptj) gptj=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "bench-data.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,21 +36,20 @@ for v in steps mb; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-data.sh: error: --${v/mb/micro-batch} must be a positive integer" >&2; exit 2; }
 done
 top=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$gptj" ]; then
-  for c in "$top/build/gptj" "$top/_build/release/gptj" "$top/_build/gptj" "$(command -v gptj || true)"; do
-    [ -x "$c" ] && { gptj=$c; break; }
-  done
-fi
-[ -x "${gptj:-}" ] || { echo "bench-data.sh: error: no gptj found (build it, or give --gptj PATH)" >&2; exit 2; }
+# shellcheck source=scripts/gptj-bin.sh
+. "$top/scripts/gptj-bin.sh"
+gj_gptj bench-data.sh "$top" "$gptj" || exit 2
 [ -x /usr/bin/time ] || { echo "bench-data.sh: error: /usr/bin/time is needed (apt-get install time)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$dir"
-need=$(echo "$size * 2.1 * 1024 * 1024" | bc | cut -d. -f1)
+# KiB, rounded up
+need=$(awk -v s="$size" 'BEGIN {n = s * 2.1 * 1048576; c = int(n); if (c < n) c++; printf "%.0f", c}')
 free=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
-[ "$free" -gt "$need" ] || { echo "bench-data.sh: error: $dir has $((free / 1048576)) GB free, $((need / 1048576)) GB needed" >&2; exit 2; }
+[ "$free" -gt "$need" ] || { echo "bench-data.sh: error: --dir $dir has $(awk -v k="$free" 'BEGIN {printf "%.1f", k / 1048576}') GB free, $(awk -v k="$need" 'BEGIN {printf "%.1f", k / 1048576}') GB needed (2.1 x --size)" >&2; exit 2; }
 # its files go to a directory of its own inside --dir: only that is removed, whatever --dir holds
 work=$(mktemp -d "$dir/bench-data.XXXXXX")
 [ "$keep" = 1 ] || trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP
 
 # 1. the corpus
 corpus=$work/corpus.jsonl
@@ -84,7 +86,7 @@ tok() { # ranks out
       "$work" "$gptj" tokenize --out "$out" "$corpus" >/dev/null 2>"$work/tok$r.log"
   fi || { tail -n 5 "$work/tok$r.log" >&2; echo "bench-data.sh: error: tokenize on $r ranks failed" >&2; exit 1; }
   t1=$(date +%s.%N)
-  tok_s[$r]=$(echo "$t1 - $t0" | bc)
+  tok_s[$r]=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
   tok_rss[$r]=$(cat "$work"/rss.* | sort -n | tail -n 1)
 }
 declare -A tok_s tok_rss
@@ -113,9 +115,10 @@ st_small=$(train "$work/small.h5" small); st_big=$(train "$work/big.h5" big)
 rss_small=$(cat "$work/rss-small"); rss_big=$(cat "$work/rss-big")
 small_tok=$("$gptj" info "$work/small.h5" | awk '/^tokens:/ {print $2}')
 
-mbs1=$(echo "scale=1; $bytes / 1000000 / ${tok_s[1]}" | bc)
-mbs2=$(echo "scale=1; $bytes / 1000000 / ${tok_s[2]}" | bc)
-eff=$(echo "scale=2; $mbs2 / (2 * $mbs1)" | bc)
+# awk, not bc: figures below 1 keep their leading zero (0.65, not .65)
+mbs1=$(awk -v n="$bytes" -v t="${tok_s[1]}" 'BEGIN {printf "%.1f", n / 1e6 / t}')
+mbs2=$(awk -v n="$bytes" -v t="${tok_s[2]}" 'BEGIN {printf "%.1f", n / 1e6 / t}')
+eff=$(awk -v a="$mbs1" -v b="$mbs2" 'BEGIN {printf "%.2f", b / (2 * a)}')
 cat <<EOF
 
 ## bench-data: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores

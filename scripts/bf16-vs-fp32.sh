@@ -5,19 +5,28 @@
 # both on the bundled Brown corpus, then the final validation loss of each (the whole
 # validation split) and their relative difference, which must be within 1%.
 # Usage: scripts/bf16-vs-fp32.sh [--gptj PATH] [--out DIR] [--only quickstart|125m]
+# (default: both jobs; gptj: --gptj, else $GPTJ, else the build tree or PATH, as scripts/gptj-bin.sh)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-gptj=$top/_build/gptj out=${TMPDIR:-/tmp}/gptj-bf16-vs-fp32 only=
+gptj='' out=${TMPDIR:-/tmp}/gptj-bf16-vs-fp32 only=''
 while [ $# -gt 0 ]; do
   case $1 in
+    --gptj|--out|--only)
+      [ $# -ge 2 ] || { echo "bf16-vs-fp32: error: $1: missing value" >&2; exit 2; } ;;&
     --gptj) gptj=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "bf16-vs-fp32: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ -x "$gptj" ] || { echo "bf16-vs-fp32: error: $gptj: not an executable (build first, or --gptj PATH)" >&2; exit 1; }
+case $only in
+  ''|quickstart|125m) ;;
+  *) echo "bf16-vs-fp32: error: --only must be quickstart or 125m, got '$only'" >&2; exit 2 ;;
+esac
+# shellcheck source=scripts/gptj-bin.sh
+. "$top/scripts/gptj-bin.sh"
+gj_gptj bf16-vs-fp32 "$top" "$gptj" || exit 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # A CPU with neither AMX-BF16 nor AVX512_BF16 runs bf16 only on the fp32 FMA units, asked for by name
 bf16_gemm=
@@ -30,16 +39,29 @@ mkdir -p "$out/data"
 for s in train valid; do
   [ -f "$out/data/brown-$s.h5" ] || "$gptj" tokenize --out "$out/data/brown-$s.h5" "$top/data/brown-$s.txt" >/dev/null
 done
-final_val() { grep '"val_loss"' "$1/metrics.jsonl" | tail -n 1 | sed 's/.*"val_loss": \([0-9.e+-]*\).*/\1/'; }
+final_val() { grep '"val_loss"' "$1/metrics.jsonl" | tail -n 1 | sed 's/.*"val_loss": \([^,}]*\).*/\1/'; }
 compare() { # name dir-fp32 dir-bf16
   local a b
   a=$(final_val "$2") b=$(final_val "$3")
-  /usr/bin/python3 -c "
-import sys
-a, b = float('$a'), float('$b')
+  /usr/bin/python3 - "$1" "$a" "$b" <<'PY'
+import math, sys
+name, va, vb = sys.argv[1:]
+def num(v):
+    try:
+        x = float(v)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+a, b = num(va), num(vb)
+if a is None or b is None:
+    print(f"{name}: FAILED: no final validation loss to compare (fp32: {va or 'none'}, bf16: {vb or 'none'}; "
+          "null = not finite, the run diverged)")
+    sys.exit(1)
 rel = abs(b - a) / a
-print(f'$1: final validation loss fp32 {a:.4f}, bf16 {b:.4f}, relative difference {100 * rel:.2f}%', '(within 1%)' if rel <= 0.01 else '(MORE THAN 1%)')
-sys.exit(0 if rel <= 0.01 else 1)"
+print(f"{name}: final validation loss fp32 {a:.4f}, bf16 {b:.4f}, relative difference {100 * rel:.2f}%",
+      "(within 1%)" if rel <= 0.01 else "(MORE THAN 1%)")
+sys.exit(0 if rel <= 0.01 else 1)
+PY
 }
 status=0
 if [ -z "$only" ] || [ "$only" = quickstart ]; then

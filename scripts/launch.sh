@@ -3,7 +3,8 @@
 #   scripts/launch.sh --hostfile hosts --ranks-per-node 8 --threads 6 --tp 8 -- train --data d.h5 ...
 # Options: --hostfile FILE (default: this machine only), --nodes N (default: lines of the
 # hostfile), --ranks-per-node M (default 1), --threads T (OMP/OpenBLAS threads per rank,
-# default 1), --tp N (passed to gptj when given), --gptj PATH (default: gptj on PATH or the build).
+# default 1), --tp N (passed to gptj when given), --gptj PATH (default: $GPTJ, else the build
+# tree, else gptj on PATH: scripts/gptj-bin.sh). Without --hostfile only this machine: --nodes 1.
 set -euo pipefail
 hostfile='' nodes='' rpn=1 threads=1 tp='' gptj=''
 while [ $# -gt 0 ]; do
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
     --tp) tp=$2; shift 2 ;;
     --gptj) gptj=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "launch.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -26,12 +27,13 @@ for v in rpn threads tp nodes; do
   [ -z "${!v}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] ||
     { echo "launch.sh: error: --${v/rpn/ranks-per-node} must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
-if [ -z "$gptj" ]; then
-  gptj=$(command -v gptj || true)
-  top=$(cd "$(dirname "$0")/.." && pwd)
-  [ -n "$gptj" ] || gptj=$top/_build/release/gptj
+if [ -z "$hostfile" ] && [ -n "$nodes" ] && [ "$nodes" -gt 1 ]; then
+  echo "launch.sh: error: --nodes $nodes needs --hostfile (without one, only this machine: 1 node)" >&2; exit 2
 fi
-[ -x "$gptj" ] || { echo "launch.sh: error: $gptj: not executable (build first, or --gptj PATH)" >&2; exit 2; }
+top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/gptj-bin.sh
+. "$top/scripts/gptj-bin.sh"
+gj_gptj launch.sh "$top" "$gptj" || exit 2
 if [ -n "$hostfile" ]; then
   [ -r "$hostfile" ] || { echo "launch.sh: error: $hostfile: cannot read" >&2; exit 2; }
   [ -n "$nodes" ] || nodes=$(grep -cv '^\s*\(#\|$\)' "$hostfile" || true)
@@ -52,5 +54,5 @@ cmd=(mpirun -np "$np" --map-by "ppr:$rpn:node:PE=$threads" --bind-to core
 [ "$(id -u)" -eq 0 ] && cmd+=(--allow-run-as-root)
 # --tp only when given: tokenize, info and convert have none
 cmd+=("$gptj" "$1" ${tp:+--tp "$tp"} "${@:2}")
-echo "+ ${cmd[*]}"
+printf '+'; printf ' %q' "${cmd[@]}"; echo
 exec "${cmd[@]}"
