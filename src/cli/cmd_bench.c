@@ -133,7 +133,6 @@ static int setup(bench_ctx *x) {
   gj_adamw_defaults(&hp);
   if (o->oib) hp.grad_clip = 0;
   rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f);
-  x->tr.overlap = 1; /* as train: ZeRO-1's all-gather overlaps the next forward */
   x->st_s = calloc(o->steps, sizeof(double)), x->rp_s = calloc(o->steps, sizeof(double));
   x->ratio = calloc(o->steps, sizeof(double));
   if (!rc && (!x->st_s || !x->rp_s || !x->ratio)) rc = GJ_FAIL("out of memory");
@@ -192,7 +191,7 @@ static int run_steps(bench_ctx *x) {
       x->rp_s[s - o->warmup] = rp;
       for (int k = 0; k < GJ_PROF_N; k++) x->prof[k] += prof[k] / o->steps;
       x->prof[GJ_PROF_N] += out.dp_wait_s / o->steps; /* exposed DP wait */
-      x->prof[GJ_PROF_N + 1] += out.optim_s / o->steps; /* optimizer (norm, AdamW; ZeRO-1: its all-gather started) */
+      x->prof[GJ_PROF_N + 1] += out.optim_s / o->steps; /* optimizer (norm, AdamW, ZeRO gather) */
     }
     if (rc) break;
     /* progress: a step of the GPT-J-6B width takes a quarter of a minute here */

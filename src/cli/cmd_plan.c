@@ -43,25 +43,6 @@ static double mem_rate(int threads) {
   return best;
 }
 
-/* ZeRO-1's all-gather sends the block in pieces in block order (the embedding, the layers, the
- * head) while the next forward reads it in that order, waiting at each part for the pieces that
- * hold it: exposed is the most by which the arrival of a part (and of the rest of its last
- * piece, pf of the block) outruns the forward's start of it. The forward's time t_fwd is spread
- * over the parts by their weights (2 FLOPs a weight a token; the embedding is a lookup). */
-static double gather_exposed(const gj_config *c, double t_ag, double t_fwd, double pf) {
-  const double D = (double)c->n_embd, F = (double)c->n_inner, V = (double)c->vocab_size;
-  const double E = V * D, Ls = 4 * D * D + 2 * D * F + F + 3 * D, H = V * D + V + 2 * D;
-  const double n = E + (double)c->n_layer * Ls + H;
-  double lo = E, worst = 0;
-  for (int64_t l = 0; l <= c->n_layer; l++) { /* the layers, then the head */
-    double hi = l < c->n_layer ? lo + Ls : n;
-    double arrive = t_ag * GJ_MIN(1.0, hi / n + pf), start = t_fwd * (lo - E) / (n - E);
-    worst = GJ_MAX(worst, arrive - start);
-    lo = hi;
-  }
-  return GJ_MIN(worst, t_ag);
-}
-
 int gj_cmd_plan(int argc, char **argv) {
   int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 0, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
@@ -74,8 +55,8 @@ int gj_cmd_plan(int argc, char **argv) {
       {"grad-accum", GJ_OPT_I64, &A, "micro-batches per step", 1, 1 << 20},
       {"dp", GJ_OPT_I64, &dp, "data-parallel size", 1, 1 << 24},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
-      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered during "
-       "the next forward)", 0, 1},
+      {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered after "
+       "the update, not overlapped)", 0, 1},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
@@ -176,10 +157,7 @@ int gj_cmd_plan(int argc, char **argv) {
   if (ms.late_head && dp > 1)
     t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
   t_dp_exposed = GJ_MIN(t_dp_exposed, t_red); /* a bucket or the head can be more than what is sent */
-  /* ZeRO-1's all-gather, during the next step's first forward */
-  if (zero && dp > 1)
-    t_dp_exposed += gather_exposed(&c, t_ag, flops_rank / (double)A / 3.0 / rate,
-                                   GJ_MIN(1.0, (double)((size_t)1 << 22) * 4 / (double)ms.params));
+  t_dp_exposed += t_ag;                       /* ZeRO-1's all-gather, after the update */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
   printf("plan: %s, %lld parameters; DP %lld x TP %lld = %lld ranks; micro-batch %lld x seq %lld, "
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s; %s\n",
@@ -219,7 +197,7 @@ int gj_cmd_plan(int argc, char **argv) {
          mem_g > 0 ? "given" : "measured here");
   printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (%s)\n", t_dp, net, t_dp_exposed,
          dp == 1 ? "none: DP 1"
-         : zero ? "the gradients' all-reduce overlaps backward, ZeRO-1's all-gather the next forward"
+         : zero ? "the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the update does not"
          : oib  ? "the optimizer in backward waits for each part's reduction"
                 : "the rest overlaps backward");
   printf("  step              %12.3f s, %.0f tokens/s (compute + optimizer + TP + exposed DP)\n", t_step,

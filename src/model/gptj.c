@@ -488,12 +488,6 @@ static void slot_part(gj_model *m, int k) {
   for (size_t i = 0; i < hi - lo; i += 65536) memset(g + i, 0, GJ_MIN(65536, hi - lo - i) * sizeof(float));
 }
 
-/* The parameters below hi are in place (gj_param_hook; the time waited is counted by the hook's
- * owner, as the DP's). */
-static int params_ready(gj_model *m, size_t hi) {
-  return m->params_ready.ready ? m->params_ready.ready(m->params_ready.ctx, hi) : 0;
-}
-
 /* Embedding, the blocks and ln_f: leaves the ln_f output in a->xf. */
 static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets, int64_t B,
                         int64_t T) {
@@ -508,26 +502,16 @@ static int forward_body(gj_model *m, const int32_t *ids, const int32_t *targets,
   const int64_t N = B * T, D = c->n_embd;
   const int64_t NC = m->Bmax * m->Tmax;
   const float eps = (float)c->layer_norm_epsilon;
-  const int L = (int)c->n_layer;
-  /* bf16 copies of every weight (an inference network) need all of them now; a training
-   * network's copy of the head's weight only (w16_head) is refreshed after the layers */
-  if (m->w16 && !m->w16_head) {
-    GJ_TRY(params_ready(m, SIZE_MAX));
-    gj_model_sync_w16(m);
-  }
+  gj_model_sync_w16(m);
   memcpy(a->ids, ids, N * sizeof(int32_t));
   memcpy(a->targets, targets, N * sizeof(int32_t));
 
-  GJ_TRY(params_ready(m, gj_layout_part_hi(m->lay, L + 1)));
   TIMED(GJ_PROF_VOCAB, gj_model_embed(m, a->resid, ids, N));
   TIMED(GJ_PROF_COMM, GJ_TRY(gj_tp_reduce_from_region(m->g, a->resid, N * D)));
-  for (int l = 0; l < L; l++) {
-    GJ_TRY(params_ready(m, gj_layout_part_hi(m->lay, L - l)));
+  for (int64_t l = 0; l < c->n_layer; l++) {
     gj_block_bufs lb = layer_at(m, l);
     GJ_TRY(gj_model_block_forward(m, l, &lb, B, T, 0));
   }
-  GJ_TRY(params_ready(m, SIZE_MAX));
-  gj_model_sync_w16(m);
 
   float *xL = a->resid + (m->recompute == GJ_FORWARD ? 0 : c->n_layer) * NC * D;
   /* bf16 training: the head's products read the bf16 copy only */

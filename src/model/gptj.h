@@ -94,15 +94,6 @@ typedef struct {
   void *ctx;
 } gj_grad_hook;
 
-/* Called by a forward of gj_model_forward and gj_model_forward_backward before it reads the
- * parameters below float offset hi of the block, with hi growing (the embedding, each layer,
- * the head, then (size_t)-1: the whole block), so that the parameters can still be arriving
- * while it runs (ZeRO-1's all-gather of the last update). */
-typedef struct {
-  int (*ready)(void *ctx, size_t hi);
-  void *ctx;
-} gj_param_hook;
-
 /* The network over one rank's shard: it borrows the parameters and gradients of a state
  * (model/state.h) and owns the activations and the bf16 weight copies. */
 typedef struct {
@@ -123,7 +114,6 @@ typedef struct {
    * part is reported to the hook last. */
   int late_head;
   int head_done;              /* gj_model_forward_backward did the head's backward */
-  gj_param_hook params_ready; /* none (ready NULL) unless set */
   double z_sum;               /* the last forward's z-loss part of *loss_sum (0 without z-loss) */
   gj_ptrs P, G;               /* G: every part into the state's gslot where it has one */
   int64_t Bmax, Tmax, B, T;   /* capacity and shape of the last forward */

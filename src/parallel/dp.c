@@ -1,6 +1,5 @@
 #include "parallel/dp.h"
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,21 +18,16 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
   /* the pieces of the all-gather: ceil(P / bucket) <= P / bucket + 1 per rank */
   s->gcap = (int)(n / s->bucket + (size_t)g->dp_size + 1);
   s->greq = malloc(s->gcap * sizeof(MPI_Request));
-  s->gend = malloc(s->gcap * sizeof(size_t));
-  return s->req && s->greq && s->gend ? 0 : GJ_FAIL("out of memory");
+  return s->req && s->greq ? 0 : GJ_FAIL("out of memory");
 }
 
-void gj_dp_free(gj_dp_sync *s) {
-  gj_dp_gather_wait(s, SIZE_MAX); /* every rank started it: it completes */
-  free(s->req), free(s->greq), free(s->gend);
-}
+void gj_dp_free(gj_dp_sync *s) { free(s->req), free(s->greq); }
 
 void gj_dp_begin(gj_dp_sync *s) {
   s->lo = s->hi = s->done = 0;
   s->nreq = 0;
   s->wait_s = 0;
   s->bytes = 0;
-  s->gwait_s = 0;
 }
 
 static int post(gj_dp_sync *s, size_t lo, size_t hi) {
@@ -101,42 +95,21 @@ int gj_dp_finish(gj_dp_sync *s) {
   return rc;
 }
 
-int gj_dp_gather_start(gj_dp_sync *s, float *buf, size_t P) {
+/* Each rank's range goes as pieces of at most a bucket, each broadcast in place by its owner
+ * (no staging copy; every count fits an int), all started at once, then waited for. */
+int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
   gj_grid *g = s->g;
   const int dp = g->dp_size;
   if (dp == 1) return 0;
-  if (s->gdone < s->gn) return GJ_FAIL("internal: an all-gather of the parameters is still in flight");
-  s->gn = s->gdone = 0;
+  int n = 0;
   for (int r = 0; r < dp; r++)
     for (size_t k = 0; k < P; k += s->bucket) {
-      size_t c = GJ_MIN(s->bucket, P - k), a = (size_t)r * P + k;
-      if (s->gn == s->gcap) return GJ_FAIL("internal: too many all-gather pieces");
-      s->gend[s->gn] = a + c;
-      GJ_MPI_TRY(MPI_Ibcast(buf + a, (int)c, MPI_FLOAT, r, g->dp, &s->greq[s->gn]),
+      if (n == s->gcap) return GJ_FAIL("internal: too many all-gather pieces");
+      GJ_MPI_TRY(MPI_Ibcast(buf + (size_t)r * P + k, (int)GJ_MIN(s->bucket, P - k), MPI_FLOAT, r, g->dp,
+                            &s->greq[n]),
                  "MPI_Ibcast(parameters)");
-      s->gn++;
+      n++;
     }
+  GJ_MPI_TRY(MPI_Waitall(n, s->greq, MPI_STATUSES_IGNORE), "MPI_Waitall(parameters)");
   return 0;
 }
-
-int gj_dp_gather_wait(gj_dp_sync *s, size_t hi) {
-  if (s->gdone == s->gn) return 0;
-  int need = s->gdone;
-  while (need < s->gn && (need == 0 ? 0 : s->gend[need - 1]) < hi) need++;
-  if (need > s->gdone) {
-    double t0 = gj_now();
-    int rc = MPI_Waitall(need - s->gdone, s->greq + s->gdone, MPI_STATUSES_IGNORE);
-    s->gwait_s += gj_now() - t0;
-    if (rc != MPI_SUCCESS) {
-      s->gdone = s->gn; /* not waited for again */
-      return gj_mpi_fail(rc, "MPI_Waitall(parameters)");
-    }
-    s->gdone = need;
-  }
-  int flag = 0; /* let the library progress the rest */
-  if (s->gdone < s->gn) MPI_Testall(s->gn - s->gdone, s->greq + s->gdone, &flag, MPI_STATUSES_IGNORE);
-  if (flag) s->gdone = s->gn;
-  return 0;
-}
-
-int gj_dp_params_ready(void *s, size_t hi) { return gj_dp_gather_wait(s, hi); }

@@ -316,7 +316,6 @@ static int loop_step(loop_state *s, int *stop) {
   int last = step == o->steps || want[0] || want[1];
   if (last || (o->save_every > 0 && step % o->save_every == 0)) {
     double t0s = gj_now();
-    GJ_TRY(gj_trainer_sync(r->tr));
     GJ_TRY(gj_run_save(r->tr->st, g, o, meta));
     s->save_s = gj_now() - t0s;
   }
@@ -338,10 +337,7 @@ int gj_run_loop(gj_run *r) {
   gj_loader_set_share(r->loader, (int64_t)g->dp_rank * r->A * r->B, r->A * r->B); /* fill_batch's part */
   s.t_start = gj_now();
   int stop = 0;
-  r->tr->overlap = 1; /* the parameters are read by the forwards, and saved after gj_trainer_sync */
   while (r->meta->step < r->o.steps && !rc && !stop) rc = loop_step(&s, &stop);
-  int rs = gj_trainer_sync(r->tr);
-  if (!rc) rc = rs;
   free(s.win);
   return gj_agree(g->world, rc);
 }

@@ -1,7 +1,6 @@
 #include "train/step.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,14 +19,10 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
   if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0);
   if (rc) gj_trainer_free(t);
-  else m->params_ready = (gj_param_hook){gj_dp_params_ready, &t->dp};
   return rc;
 }
 
-int gj_trainer_sync(gj_trainer *t) { return gj_dp_gather_wait(&t->dp, SIZE_MAX); }
-
 void gj_trainer_free(gj_trainer *t) {
-  if (t->m) t->m->params_ready = (gj_param_hook){NULL, NULL};
   gj_dp_free(&t->dp);
   free(t->ids), free(t->tg);
   t->ids = t->tg = NULL;
@@ -143,8 +138,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   double loss_sum = 0, z_sum = 0;
   oib_run oib = {t, in, st->numel_pad, 0, 0, 0, 0, 0, 0};
   GJ_TRY(batch_grads(t, in, &oib, &loss_sum, &z_sum));
-  /* under ZeRO-1 with overlap, with the wait for the last update's parameters in the forwards */
-  out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s + t->dp.gwait_s;
+  out->dp_wait_s = t->oib ? oib.dp_s : t->dp.wait_s;
   double t0 = gj_now();
   if (in->inject_nan && !t->oib) { /* where this rank holds the reduced gradients (ZeRO-1: its share) */
     size_t at = gj_layout_part_lo(&st->lay, in->inject_nan - 1);
@@ -177,10 +171,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
   if (out->finite) {
     gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->erows, st->m, st->v, st->lo, st->n, &t->hp, in->t,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
-    if (st->zero) {
-      GJ_TRY(gj_dp_gather_start(&t->dp, st->params, st->n));
-      if (!t->overlap) GJ_TRY(gj_trainer_sync(t));
-    }
+    if (st->zero) GJ_TRY(gj_dp_allgather(&t->dp, st->params, st->n));
     gj_model_weights_changed(t->m);
   }
   out->optim_s = gj_now() - t0;

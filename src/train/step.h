@@ -21,11 +21,6 @@ typedef struct {
   float zloss;   /* z-loss coefficient */
   int32_t *ids, *tg; /* one micro-batch [Bmax, Tmax] of the model */
   int oib;       /* the optimizer in backward: st is made by gj_state_create_oib */
-  /* ZeRO-1: gj_train_step returns with the all-gather of the updated parameters still in
-   * flight; the next forward waits for each part as it reaches it (gj_param_hook), anything
-   * else that reads st->params calls gj_trainer_sync first. 0 (the default): it returns with
-   * the parameters in place. */
-  int overlap;
 } gj_trainer;
 
 /* Fills micro-batch a (0 <= a < A) of this DP rank: ids and targets [B, T]. */
@@ -69,8 +64,6 @@ typedef struct {
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
                     float zloss);
 void gj_trainer_free(gj_trainer *t);
-/* The parameters in memory are those of the last update (overlap: the all-gather is complete). */
-int gj_trainer_sync(gj_trainer *t);
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
 /* Collective over the world. A non-finite loss or norm, or without clipping a gradient element
