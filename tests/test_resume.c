@@ -265,6 +265,39 @@ START_TEST(test_disk_full) {
 }
 END_TEST
 
+/* The disk fills while training runs (metrics.jsonl cannot be written) and is freed again: one
+ * warning naming the file and the cause, no record after it, and training goes on to its last
+ * step and checkpoint. Needs a small tmpfs (root), as test_disk_full. */
+START_TEST(test_metrics_full) {
+  char dir[1300], log[1400];
+  snprintf(dir, sizeof dir, "%s/smallfs2", OUT);
+  snprintf(log, sizeof log, "%s/mfull.log", OUT);
+  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
+  if (sh("mount -t tmpfs -o size=100m tmpfs %s 2>/dev/null", dir)) {
+    fprintf(stderr, "test_metrics_full: cannot mount a tmpfs here (not root?): case not run\n");
+    return;
+  }
+  /* fill the disk after the third record, free it once the warning is out */
+  int rc = sh("%s/gptj train %s --data %s --steps 1000 --micro-batch 1 --seq-len 16 --log-every 1 --save-every 0 "
+              "--run-dir %s/run >%s 2>&1 & p=$!; m=%s/run/metrics.jsonl; "
+              "for i in $(seq 600); do [ -f $m ] && [ $(wc -l < $m) -ge 3 ] && break; sleep 0.05; done; "
+              "head -c 200M /dev/zero > %s/fill 2>/dev/null; "
+              "for i in $(seq 600); do grep -q 'metrics.jsonl: write error' %s && break; sleep 0.05; done; "
+              "wc -l < $m > %s/lines; rm -f %s/fill; wait $p",
+              B_, COMMON, DATA, dir, log, dir, dir, log, OUT, dir);
+  int warned = sh("test $(grep -c 'run/metrics.jsonl: write error (No space left on device): no more records this "
+                  "run; training goes on' %s) -eq 1", log) == 0;
+  int ended = sh("grep -q '^step 1000/1000 ' %s && test -f %s/run/ckpt-00001000.h5", log, dir) == 0;
+  int same = sh("test $(wc -l < %s/run/metrics.jsonl) -eq $(cat %s/lines)", dir, OUT) == 0;
+  sh("umount %s", dir);
+  if (rc || !warned || !ended) sh("cat %s >&2", log);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(warned, "no single warning naming metrics.jsonl and the cause");
+  ck_assert_msg(ended, "training did not reach its last step and checkpoint");
+  ck_assert_msg(same, "records were written after the warning");
+}
+END_TEST
+
 START_TEST(test_signal_stop) {
   char run[1300], log[1400];
   snprintf(run, sizeof run, "%s/sig", OUT);
@@ -291,5 +324,6 @@ int main(void) {
   TU_ADD(s, test_resume_other_windows, NULL, 900);
   TU_ADD(s, test_damaged_checkpoints, NULL, 900);
   TU_ADD(s, test_disk_full, NULL, 900);
+  TU_ADD(s, test_metrics_full, NULL, 900);
   return tu_run(s);
 }

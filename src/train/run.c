@@ -1,7 +1,9 @@
 #include "train/run.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -172,6 +174,16 @@ static const char *jnum(char *buf, size_t n, double v) {
   return buf;
 }
 
+/* After a metrics.jsonl record: a write that failed (a full disk) costs the records, not the
+ * run, which goes on. Said once, with the cause; no record is written after it (one written
+ * later could follow a record cut short; a resume drops a cut record). */
+static void metrics_flushed(gj_run *r) {
+  if (fflush(r->metrics) == 0 && !ferror(r->metrics)) return;
+  gj_warn("%s/metrics.jsonl: write error (%s): no more records this run; training goes on",
+          r->o.run_dir, errno ? strerror(errno) : "a write failed");
+  r->metrics_lost = 1;
+}
+
 /* Rank 0: the log line and the metrics.jsonl record of a step. */
 static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double lr, double *now, double dt) {
   gj_run *r = s->r;
@@ -199,6 +211,7 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
           (long long)step, (long long)o->steps, out->loss, zl, lr, out->grad_norm, tps, 100 * mf, ge,
           el, et, peak_rss_bytes() / 1e6);
   char lb[32], gb[32], zb[32], eb[32];
+  if (r->metrics_lost) return;
   fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"z_loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
           "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %s, \"elapsed_s\": %.3f, "
           "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
@@ -206,7 +219,7 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
           jnum(gb, sizeof gb, out->grad_norm),
           (long long)meta->tokens_seen, tps, mf, jnum(eb, sizeof eb, geff), elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
           !out->finite);
-  fflush(r->metrics);
+  metrics_flushed(r);
   s->steps_time = 0, s->tokens_at_last = meta->tokens_seen;
 }
 
@@ -218,10 +231,10 @@ static int validate(gj_run *r, int64_t step) {
   gj_info("step %lld | validation loss %.4f | perplexity %.2f | %lld tokens", (long long)step,
           nll / cnt, exp(nll / cnt), (long long)cnt);
   char lb[32], pb[32];
-  if (r->metrics)
+  if (r->metrics && !r->metrics_lost)
     fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %lld}\n",
             (long long)step, jnum(lb, sizeof lb, nll / cnt), jnum(pb, sizeof pb, exp(nll / cnt)), (long long)cnt),
-        fflush(r->metrics);
+        metrics_flushed(r);
   return 0;
 }
 

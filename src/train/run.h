@@ -31,6 +31,7 @@ typedef struct {
   const gj_dataset *valid; /* NULL: no validation */
   gj_ckpt_meta *meta;      /* step, tokens, loader state, hyperparameters: updated each step */
   FILE *metrics;           /* rank 0: metrics.jsonl (NULL elsewhere) */
+  int metrics_lost;        /* a write to it failed (warned; no more records) */
   int64_t B, A, T;         /* micro-batch, micro-batches per step, sequence length */
   double peak;             /* the hardware's FLOP/s per rank for the precision (for MFU) */
   double mem_budget;       /* bytes a rank may use (--mem-per-rank-gb; 0: the node's available share) */
