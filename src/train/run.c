@@ -211,15 +211,16 @@ static void log_step(loop_state *s, int64_t step, const gj_step_out *out, double
           (long long)step, (long long)o->steps, out->loss, zl, lr, out->grad_norm, tps, 100 * mf, ge,
           el, et, peak_rss_bytes() / 1e6);
   char lb[32], gb[32], zb[32], eb[32];
-  if (r->metrics_lost) return;
-  fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"z_loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
-          "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %s, \"elapsed_s\": %.3f, "
-          "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
-          (long long)step, jnum(lb, sizeof lb, out->loss), jnum(zb, sizeof zb, out->z_loss), lr,
-          jnum(gb, sizeof gb, out->grad_norm),
-          (long long)meta->tokens_seen, tps, mf, jnum(eb, sizeof eb, geff), elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
-          !out->finite);
-  metrics_flushed(r);
+  if (!r->metrics_lost) {
+    fprintf(r->metrics, "{\"step\": %lld, \"loss\": %s, \"z_loss\": %s, \"lr\": %.8g, \"grad_norm\": %s, "
+            "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.5g, \"gemm_eff\": %s, \"elapsed_s\": %.3f, "
+            "\"eta_s\": %.1f, \"step_s\": %.4f, \"dp_wait_s\": %.5f, \"rss_bytes\": %.0f, \"skipped\": %d}\n",
+            (long long)step, jnum(lb, sizeof lb, out->loss), jnum(zb, sizeof zb, out->z_loss), lr,
+            jnum(gb, sizeof gb, out->grad_norm),
+            (long long)meta->tokens_seen, tps, mf, jnum(eb, sizeof eb, geff), elapsed, eta, dt, out->dp_wait_s, peak_rss_bytes(),
+            !out->finite);
+    metrics_flushed(r);
+  }
   s->steps_time = 0, s->tokens_at_last = meta->tokens_seen;
 }
 
