@@ -243,13 +243,17 @@ START_TEST(test_loader) {
     }
     gj_loader_free(&l);
   }
-  /* restore from a saved state, mid-epoch and right at an epoch's end */
-  for (int stop = 3; stop <= 7; stop += 4) {
+  /* restore from a saved state, mid-epoch and right at an epoch's end, in the first epoch and
+   * in later ones (7 global batches an epoch: 125 windows, 16 a batch) */
+  const int stops[] = {3, 7, 10, 17};
+  for (int si = 0; si < 4; si++) {
+    const int stop = stops[si];
     gj_loader a, b;
     gj_loader_init(&a, &ds, T, 5, 1);
     uint64_t wa[16], wb[16];
     for (int s2 = 0; s2 < stop; s2++) gj_loader_next(&a, G, wa);
     gj_loader_state st = a.st;
+    ck_assert_uint_eq(st.epoch, (uint64_t)((stop - 1) / 7));
     gj_loader_init(&b, &ds, T, 123, 1);
     ck_assert_int_eq(gj_loader_restore(&b, &st), 0);
     for (int s2 = 0; s2 < 20; s2++) {
@@ -257,6 +261,29 @@ START_TEST(test_loader) {
       ck_assert(!memcmp(wa, wb, sizeof wa));
     }
     gj_loader_free(&a), gj_loader_free(&b);
+  }
+  /* windows a multiple of the global batch (128 of 16): an epoch is 8 batches, every window in
+   * it once, none dropped; the 9th batch starts the next epoch */
+  {
+    uint16_t *t2 = malloc(1025 * sizeof(uint16_t));
+    for (uint64_t i = 0; i < 1025; i++) t2[i] = (uint16_t)(i % 50000);
+    gj_dataset d2;
+    gj_dataset_wrap(&d2, t2, 1025, 50257, "synthetic");
+    gj_loader l;
+    ck_assert_int_eq(gj_loader_init(&l, &d2, T, 11, 1), 0);
+    ck_assert_int_eq(l.n_windows, 128);
+    int seen[128] = {0};
+    uint64_t win[16];
+    for (int step = 0; step < 8; step++) {
+      ck_assert_int_eq(gj_loader_next(&l, G, win), 0);
+      ck_assert_uint_eq(l.st.epoch, 0);
+      for (int i = 0; i < G; i++) seen[win[i]]++;
+    }
+    for (int w = 0; w < 128; w++) ck_assert_int_eq(seen[w], 1);
+    ck_assert_int_eq(gj_loader_next(&l, G, win), 0);
+    ck_assert_uint_eq(l.st.epoch, 1);
+    gj_loader_free(&l);
+    free(t2);
   }
   /* a state from another dataset is refused */
   gj_loader c;

@@ -756,6 +756,17 @@ START_TEST(test_reductions) {
   ck_assert_int_eq(same_rank, world_size == 1);
   ck_assert_int_eq(gj_comm_rank(w), world_rank);
   ck_assert_int_eq(gj_comm_size(w), world_size);
+  /* the TP reductions of the vocabulary head (the softmax's max and sums) at TP = the world: a
+   * max taken as a sum would still give the loss while the logits are small */
+  gj_grid g;
+  ck_assert_int_eq(gj_grid_init(&g, world_size), 0);
+  float mx[3] = {(float)world_rank + 1, -(float)world_rank - 1, world_rank == world_size - 1 ? 100.0f : -3.0f};
+  float sm[2] = {1.0f, (float)world_rank};
+  ck_assert_int_eq(gj_tp_allreduce_max(&g, mx, 3), 0);
+  ck_assert_int_eq(gj_tp_allreduce_sum(&g, sm, 2), 0);
+  ck_assert(mx[0] == (float)world_size && mx[1] == -1.0f && mx[2] == 100.0f);
+  ck_assert(sm[0] == (float)world_size && sm[1] == (float)R);
+  gj_grid_free(&g);
 }
 END_TEST
 
