@@ -987,8 +987,13 @@ int main(int argc, char **argv) {
   srunner_set_fork_status(sr, CK_NOFORK);
   if (world_rank != 0) srunner_set_log(sr, "/dev/null");
   srunner_run_all(sr, world_rank == 0 ? CK_NORMAL : CK_SILENT);
-  int failed = srunner_ntests_failed(sr), any = 0;
+  int failed = srunner_ntests_failed(sr), any = 0, ran = srunner_ntests_run(sr);
   srunner_free(sr);
+  const char *only = getenv("CK_RUN_CASE"); /* its one case is "mpi": another name runs nothing */
+  if (only && *only && ran == 0) {
+    if (world_rank == 0) fprintf(stderr, "CK_RUN_CASE=%s: this program has no case of that name, nothing ran\n", only);
+    failed = 1;
+  }
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
   return any ? 1 : 0;

@@ -119,8 +119,14 @@ static int tu_run(Suite *s) __attribute__((unused));
 static int tu_run(Suite *s) {
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
+  int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
   srunner_free(sr);
+  /* a CK_RUN_CASE that names no case of this program runs nothing: not a pass */
+  const char *only = getenv("CK_RUN_CASE");
+  if (only && *only && ran == 0) {
+    fprintf(stderr, "CK_RUN_CASE=%s: this program has no case of that name, nothing ran\n", only);
+    failed = 1;
+  }
   return failed ? 1 : 0;
 }
 #endif
