@@ -63,6 +63,11 @@ START_TEST(test_layernorm) {
   ck_assert_double_le(tu_rel(g, gd, N * D), BWD_TOL);
   ck_assert_double_le(tu_rel(g + N * D, gd + N * D, D), BWD_TOL);
   ck_assert_double_le(tu_rel(g + N * D + D, gd + N * D + D, D), BWD_TOL);
+  /* rows of a variance near eps (1e-5): where eps goes (inside the square root) shows */
+  for (int64_t i = 0; i < N * D; i++) th[i] *= 0.005f, thd[i] = th[i];
+  gj_layernorm_forward(y, NULL, mean, rstd, th, th + N * D, th + N * D + D, N, D, 1e-5f);
+  ln_ref(yd, thd, thd + N * D, thd + N * D + D, N, D, 1e-5);
+  ck_assert_double_le(tu_rel(y, yd, N * D), FWD_TOL);
   free(th), free(y), free(mean), free(rstd), free(r), free(g), free(thd), free(yd), free(rd), free(gd);
 }
 END_TEST
