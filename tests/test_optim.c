@@ -25,13 +25,55 @@ START_TEST(test_adamw_kernel) {
       pd[i] *= 1 - lr * wd;
       pd[i] -= lr / (1 - pow(b1, t)) * md[i] / (sqrt(vd[i]) / sqrt(1 - pow(b2, t)) + eps);
     }
-    gj_adamw_kernel(p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd,
+    gj_adamw_kernel(p, g, m, v, n, (float)lr, b1, b2, (float)eps, (float)wd,
                     (float)(1 - pow(b1, t)), (float)sqrt(1 - pow(b2, t)), (float)coef);
   }
   ck_assert_double_le(tu_rel(p, pd, n), 1e-6);
   ck_assert_double_le(tu_rel(m, md, n), 1e-6);
   ck_assert_double_le(tu_rel(v, vd, n), 1e-6);
   free(p), free(g), free(m), free(v), free(pd), free(gd), free(md), free(vd);
+}
+END_TEST
+
+/* gj_adamw_update over a layout against the same transcription: its own bias corrections from
+ * the step count t (1, 2, 3), weight decay on the tensors that have it only (2-D weights, not
+ * biases or LayerNorms), padding between tensors untouched, and a range that starts and ends
+ * inside tensors (a ZeRO-1 share: m and v hold the range only). */
+START_TEST(test_adamw_update) {
+  gj_tensor t[3] = {{.offset = 0, .numel = 37, .decay = 1},
+                    {.offset = 48, .numel = 13, .decay = 0},
+                    {.offset = 64, .numel = 29, .decay = 1}};
+  gj_layout l = {.t = t, .n = 3, .numel = 96};
+  gj_adamw_hp hp;
+  gj_adamw_defaults(&hp);
+  const size_t ranges[2][2] = {{0, 96}, {10, 60}};
+  for (int r = 0; r < 2; r++) {
+    const size_t lo = ranges[r][0], n = ranges[r][1];
+    float *p = tu_falloc(96), *g = tu_falloc(n), *m = tu_falloc(n), *v = tu_falloc(n);
+    double *pd = tu_dalloc(96), *gd = tu_dalloc(n), *md = tu_dalloc(n), *vd = tu_dalloc(n);
+    tu_fill(p, pd, 96, 1.0);
+    for (int step = 1; step <= 3; step++) {
+      const double lr = 1e-3 * step, coef = step == 2 ? 0.5 : 1.0;
+      tu_fill(g, gd, n, 2.0);
+      for (size_t i = 0; i < n; i++) {
+        const size_t x = lo + i;
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+          if (x >= t[j].offset && x < t[j].offset + t[j].numel) k = j;
+        if (k < 0) continue; /* padding */
+        double gi = gd[i] * coef;
+        md[i] = hp.beta1 * md[i] + (1 - hp.beta1) * gi;
+        vd[i] = hp.beta2 * vd[i] + (1 - hp.beta2) * gi * gi;
+        if (t[k].decay) pd[x] *= 1 - lr * hp.weight_decay;
+        pd[x] -= lr / (1 - pow(hp.beta1, step)) * md[i] / (sqrt(vd[i]) / sqrt(1 - pow(hp.beta2, step)) + hp.eps);
+      }
+      gj_adamw_update(&l, p, g, NULL, m, v, lo, n, &hp, step, lr, coef);
+    }
+    ck_assert_double_le(tu_rel(p, pd, 96), 1e-6);
+    ck_assert_double_le(tu_rel(m, md, n), 1e-6);
+    ck_assert_double_le(tu_rel(v, vd, n), 1e-6);
+    free(p), free(g), free(m), free(v), free(pd), free(gd), free(md), free(vd);
+  }
 }
 END_TEST
 
@@ -151,6 +193,7 @@ int main(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("optim");
   tcase_add_test(tc, test_adamw_kernel);
+  tcase_add_test(tc, test_adamw_update);
   tcase_add_test(tc, test_clip);
   tcase_add_test(tc, test_grad_sumsq);
   tcase_add_test(tc, test_rows_as_dense);

@@ -99,16 +99,23 @@ double gj_clip_coef(double norm, double clip) {
   return c < 1.0 ? c : 1.0;
 }
 
+/* The moments' coefficients as torch.optim.AdamW has them: beta and 1 - beta each rounded to
+ * float from double (1 - (float)0.999 would be 1.3e-5 off 0.001). */
+typedef struct { float b1, ob1, b2, ob2; } betas;
+static betas betas_of(double beta1, double beta2) {
+  return (betas){(float)beta1, (float)(1.0 - beta1), (float)beta2, (float)(1.0 - beta2)};
+}
+
 /* AdamW on n elements: p = p (1 - lr wd); p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps) */
 static inline void adamw_span(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                              float beta1, float beta2, float eps, float decay, float bc1,
-                              float bc2_sqrt, float clip_coef) {
+                              betas b, float eps, float decay, float bc1, float bc2_sqrt,
+                              float clip_coef) {
   const float step = lr / bc1, keep = 1.0f - lr * decay;
 #pragma omp simd
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * clip_coef;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    float mi = b.b1 * m[i] + b.ob1 * gi;
+    float vi = b.b2 * v[i] + b.ob2 * gi * gi;
     m[i] = mi, v[i] = vi;
     p[i] = p[i] * keep - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
   }
@@ -117,13 +124,14 @@ static inline void adamw_span(float *p, const float *g, float *m, float *v, size
 #define GJ_ADAMW_SPAN 4096
 GJ_HOT
 void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
+                     double beta1, double beta2, float eps, float decay, float bc1, float bc2_sqrt,
                      float clip_coef) {
   const size_t ns = (n + GJ_ADAMW_SPAN - 1) / GJ_ADAMW_SPAN;
+  const betas b = betas_of(beta1, beta2);
 #pragma omp parallel for schedule(static)
   for (size_t s = 0; s < ns; s++) {
     size_t i = s * GJ_ADAMW_SPAN, k = GJ_MIN((size_t)GJ_ADAMW_SPAN, n - i);
-    adamw_span(p + i, g + i, m + i, v + i, k, lr, beta1, beta2, eps, decay, bc1, bc2_sqrt, clip_coef);
+    adamw_span(p + i, g + i, m + i, v + i, k, lr, b, eps, decay, bc1, bc2_sqrt, clip_coef);
   }
 }
 
@@ -131,14 +139,15 @@ void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, flo
  * from its rows; p, m, v point at element a. */
 GJ_HOT
 static void adamw_rows(const gj_rowgrad *r, size_t a, size_t b, float *p, float *m, float *v,
-                       float lr, float beta1, float beta2, float eps, float decay, float bc1,
+                       float lr, double beta1, double beta2, float eps, float decay, float bc1,
                        float bc2_sqrt, float clip_coef) {
   const size_t D = (size_t)r->D, r0 = a / D, r1 = (b + D - 1) / D;
+  const betas bs = betas_of(beta1, beta2);
 #pragma omp parallel for schedule(static)
   for (size_t row = r0; row < r1; row++) {
     size_t x = GJ_MAX(row * D, a), y = GJ_MIN(row * D + D, b);
     adamw_span(p + (x - a), gj_rowgrad_row(r, (int64_t)row) + (x - row * D), m + (x - a), v + (x - a),
-               y - x, lr, beta1, beta2, eps, decay, bc1, bc2_sqrt, clip_coef);
+               y - x, lr, bs, eps, decay, bc1, bc2_sqrt, clip_coef);
   }
 }
 
@@ -154,9 +163,9 @@ void gj_adamw_update(const gj_layout *l, float *p, const float *g, const gj_rowg
     float decay = ti->decay ? (float)hp->weight_decay : 0.0f;
     if (i == 0 && rows)
       adamw_rows(rows, a - ti->offset, b - ti->offset, p + a, m + (a - lo), v + (a - lo), (float)lr,
-                 (float)hp->beta1, (float)hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
+                 hp->beta1, hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
     else
-      gj_adamw_kernel(p + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)hp->beta1,
-                      (float)hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
+      gj_adamw_kernel(p + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, hp->beta1,
+                      hp->beta2, (float)hp->eps, decay, bc1, bc2s, (float)clip_coef);
   }
 }

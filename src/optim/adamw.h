@@ -48,7 +48,7 @@ void gj_adamw_update(const gj_layout *l, float *p, const float *g, const gj_rowg
                      double lr, double clip_coef);
 /* The same update on a flat range of n elements with one decay setting (kernel). */
 void gj_adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float decay, float bc1, float bc2_sqrt,
+                     double beta1, double beta2, float eps, float decay, float bc1, float bc2_sqrt,
                      float clip_coef);
 
 #endif
