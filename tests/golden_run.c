@@ -199,6 +199,26 @@ static int run(int argc, char **argv, gj_grid *g) {
                        (long long)i, gen[i], ref[i]);
     if (recompute) memcpy(gen, ref, (n_prompt + n_gen) * sizeof(int32_t));
     free(ref);
+    /* and the logits, not only their argmax: the cached decode of the generated ids (the prompt,
+     * then one token at a time) against a full forward of the same n ids, at the last position
+     * (a decode that ignored the positions gave the same greedy ids) */
+    const int64_t n = n_prompt + n_gen - 1;
+    if (!recompute && n > n_prompt && n <= m.Tmax) {
+      float *lc = malloc(m.Vl * sizeof(float));
+      GJ_TRY(gj_model_forward_cached(&m, gen, n_prompt, 0));
+      for (int64_t p = n_prompt; p < n; p++) GJ_TRY(gj_model_forward_cached(&m, gen + p, 1, p));
+      memcpy(lc, m.a.logits, m.Vl * sizeof(float));
+      double ls;
+      int64_t nvv;
+      GJ_TRY(gj_model_forward(&m, gen, gen + 1, 1, n, 0.0f, &ls, &nvv));
+      const float *lf = m.a.logits + (n - 1) * m.Vl;
+      double dmax = 0, rmax = 0;
+      for (int64_t v = 0; v < m.Vl; v++) dmax = fmax(dmax, fabs((double)lc[v] - lf[v])), rmax = fmax(rmax, fabs((double)lf[v]));
+      free(lc);
+      if (!(dmax <= 1e-5 * rmax))
+        return GJ_FAIL("KV-cache logits at position %lld differ from a full forward's: max |diff| %g of max |logit| %g",
+                       (long long)(n - 1), dmax, rmax);
+    }
     if (g->rank == 0) GJ_TRY(gj_h5_write_i32(o, "/generate/greedy_ids", gen, n_prompt + n_gen));
   }
 
