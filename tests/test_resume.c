@@ -236,19 +236,24 @@ START_TEST(test_kill_one_rank) {
 }
 END_TEST
 
+/* A fresh tmpfs of mb MB at OUT/sub (its path into dir): 0, or 1 where none can be mounted
+ * (not root), which the case then says, naming itself, and does not run. */
+static int small_fs(char *dir, size_t n, const char *sub, int mb, const char *test) {
+  snprintf(dir, n, "%s/%s", OUT, sub);
+  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
+  if (!sh("mount -t tmpfs -o size=%dm tmpfs %s 2>/dev/null", mb, dir)) return 0;
+  fprintf(stderr, "%s: cannot mount a tmpfs here (not root?): case not run\n", test);
+  return 1;
+}
+
 /* A full disk during a checkpoint write: a clear error and a non-zero exit on every rank, no
  * hang, the previous checkpoint intact and still `latest`, nothing under the new final name.
  * Needs a small tmpfs (root); elsewhere the case says it cannot run. */
 START_TEST(test_disk_full) {
   char dir[1300], log[1400], args[2048];
-  snprintf(dir, sizeof dir, "%s/smallfs", OUT);
   snprintf(log, sizeof log, "%s/full.log", OUT);
-  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
   /* a tiny-model checkpoint is 79 MB: the first fits in 120 MB, the second does not */
-  if (sh("mount -t tmpfs -o size=120m tmpfs %s 2>/dev/null", dir)) {
-    fprintf(stderr, "test_disk_full: cannot mount a tmpfs here (not root?): case not run\n");
-    return;
-  }
+  if (small_fs(dir, sizeof dir, "smallfs", 120, "test_disk_full")) return;
   snprintf(args, sizeof args, "train %s --data %s --steps 4 --save-every 2 --keep-checkpoints 5 --micro-batch 4 --run-dir %s/run",
            COMMON, DATA, dir);
   int rc = gptj(2, args, log);
@@ -270,13 +275,8 @@ END_TEST
  * step and checkpoint. Needs a small tmpfs (root), as test_disk_full. */
 START_TEST(test_metrics_full) {
   char dir[1300], log[1400];
-  snprintf(dir, sizeof dir, "%s/smallfs2", OUT);
   snprintf(log, sizeof log, "%s/mfull.log", OUT);
-  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
-  if (sh("mount -t tmpfs -o size=100m tmpfs %s 2>/dev/null", dir)) {
-    fprintf(stderr, "test_metrics_full: cannot mount a tmpfs here (not root?): case not run\n");
-    return;
-  }
+  if (small_fs(dir, sizeof dir, "smallfs2", 100, "test_metrics_full")) return;
   /* fill the disk after the third record, free it once the warning is out */
   int rc = sh("%s/gptj train %s --data %s --steps 1000 --micro-batch 1 --seq-len 16 --log-every 1 --save-every 0 "
               "--run-dir %s/run >%s 2>&1 & p=$!; m=%s/run/metrics.jsonl; "
