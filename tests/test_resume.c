@@ -219,7 +219,7 @@ START_TEST(test_kill_one_rank) {
   snprintf(log, sizeof log, "%s/k_one.log", OUT);
   sh("rm -rf %s", run);
   int rc = sh("timeout 120 %s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --save-every 4 "
-              "--run-dir %s >%s 2>&1 & p=$!; for i in $(seq 300); do grep -q 'step 9/' %s 2>/dev/null && break; "
+              "--run-dir %s >%s 2>&1 & p=$!; for i in $(seq 1200); do grep -q 'step 9/' %s 2>/dev/null && break; "
               "sleep 0.05; done; m=$(pgrep -P $p); kill -9 $(pgrep -P $m -x gptj | tail -1); "
               "s=$SECONDS; wait $p; e=$?; echo \"ended $e after $((SECONDS - s)) s\" >> %s; [ $e -ne 0 ] && [ $((SECONDS - s)) -lt 30 ]",
               MPI_, B_, COMMON, DATA, run, log, log, log);
@@ -304,7 +304,7 @@ START_TEST(test_signal_stop) {
   snprintf(log, sizeof log, "%s/sig.log", OUT);
   sh("rm -rf %s", run);
   int rc = sh("%s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --run-dir %s >%s 2>&1 & p=$!; "
-              "for i in $(seq 100); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; kill -USR1 $p; wait $p",
+              "for i in $(seq 600); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; kill -USR1 $p; wait $p",
               MPI_, B_, COMMON, DATA, run, log, log);
   ck_assert_int_eq(rc, 0);
   ck_assert_int_eq(sh("grep -q 'signal: stopped at step' %s && test -f %s/latest", log, run), 0);
