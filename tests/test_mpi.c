@@ -295,6 +295,65 @@ START_TEST(test_train_step_layouts) {
 }
 END_TEST
 
+/* Without clipping, a step whose gradient holds an element of 1e19 or more is skipped, and every
+ * rank agrees on it though the element is on one TP shard alone: layer 0's attention value
+ * weight [Dl][0] (TP rank 1's first value row) made 1e28 and out_proj's column that reads it made 0
+ * leave the forward as it was and give out_proj's column a gradient near 1e28 on that rank
+ * only (no other gradient sees it: the zero column stops it). The test checks that the local
+ * flags differ (rank 1 alone holds the element) and that every rank skipped the update: a
+ * flag not summed over TP would let the other shards apply theirs. At TP = ranks, and on 4
+ * ranks at TP 2 x DP 2 with ZeRO-1 (the flag summed over the world). */
+START_TEST(test_huge_gradient_tp) {
+  for (int lay = 0; lay < 1 + (world_size == 4); lay++) {
+    const int tp = lay ? 2 : world_size, zero = lay;
+    gj_config c;
+    tiny(&c, 2);
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tp), 0);
+    gj_state st;
+    gj_model m;
+    const int64_t B = 4 / g.dp_size, T = 16;
+    ck_assert_int_eq(model_new(&st, &m, &c, &g, B, T, zero, 0, GJ_TRAIN), 0);
+    gj_params_init(m.lay, &c, m.params, 7);
+    const gj_tensor *wv = gj_layout_block(m.lay, 0, GJ_BLK_WV), *wo = gj_layout_block(m.lay, 0, GJ_BLK_WO);
+    if (g.tp_rank == 1) {
+      m.params[wv->offset] = 1e28f; /* local row 0, column 0 (a LayerNorm's outputs sum to 0 over a row) */
+      for (int64_t r = 0; r < wo->lrows; r++) m.params[wo->offset + (size_t)r * wo->lcols] = 0; /* local column 0 */
+    }
+    float *before = malloc(st.lay.numel * sizeof(float));
+    memcpy(before, st.params, st.lay.numel * sizeof(float));
+    gj_adamw_hp hp;
+    gj_adamw_defaults(&hp);
+    hp.grad_clip = 0;
+    gj_trainer tr;
+    ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 0.0f), 0);
+    step_batch sb = {1, B, T, g.dp_rank, (int)c.vocab_size};
+    gj_step_in in = {1, 1, 1e-3, 1, B, T, 4.0 * T, step_fill, &sb, 0};
+    gj_step_out out;
+    ck_assert_int_eq(gj_train_step(&tr, &in, &out), 0);
+    /* the loss is finite; out_proj's column holds the huge element on TP rank 1 alone (where
+     * this rank holds it: under ZeRO-1 the reduced range is a share) */
+    ck_assert(isfinite(out.loss));
+    if (!zero) {
+      int local = 0;
+      for (int64_t r = 0; r < wo->lrows; r++) local |= fabsf(st.grads[wo->offset + (size_t)r * wo->lcols]) >= 1e19f;
+      int held = gj_grad_huge(&st.lay, st.grads, NULL, 0, st.lay.numel,
+                              gj_grad_sumsq(&st.lay, st.grads, NULL, g.tp_rank, 0, st.lay.numel));
+      ck_assert_int_eq(local, g.tp_rank == 1);
+      ck_assert_int_eq(held, g.tp_rank == 1);
+    }
+    ck_assert_msg(out.huge && !out.finite, "layout %d rank %d: huge %d finite %d", lay, world_rank, out.huge,
+                  out.finite);
+    ck_assert_msg(!memcmp(before, st.params, st.lay.numel * sizeof(float)), "layout %d rank %d: the update was applied",
+                  lay, world_rank);
+    free(before);
+    gj_trainer_free(&tr);
+    model_del(&st, &m);
+    gj_grid_free(&g);
+  }
+}
+END_TEST
+
 /* The embedding's gradient as rows (gj_state_embedding_rows) trains as the dense gradient does:
  * 3 steps on TP = ranks with 2 micro-batches (each TP shard's rows, grown by the second
  * micro-batch), on DP = ranks (the union of the ranks' rows) and with ZeRO-1 (each rank's share
@@ -974,6 +1033,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_late_head);
   tcase_add_test(tc, test_late_head_steps);
   tcase_add_test(tc, test_train_step_layouts);
+  tcase_add_test(tc, test_huge_gradient_tp);
   tcase_add_test(tc, test_embedding_rows);
   tcase_add_test(tc, test_embedding_rows_memory);
   tcase_add_test(tc, test_bcast_large);
