@@ -47,6 +47,7 @@ printf 'n_layer = -3\n' > "$w/neg.conf"
 printf 'n_embd = 64\nrotary_dim = 32\n' > "$w/rot.conf"
 printf 'n_embd 64\n' > "$w/noeq.conf"
 printf 'a\0b\n' > "$w/nul.conf"
+bn=$w/$'n\xffame.conf' && printf 'n_layer = 1\n' > "$bn"   # a file name that is not UTF-8
 # vocabularies a token file cannot hold: 70,000 ids (uint16), <|endoftext|> renamed at 50256
 /usr/bin/python3 - "$w" "$top/data/gpt2" <<'PY'
 import json, os, shutil, sys
@@ -561,6 +562,7 @@ rows=(
 "2|nothing to sample from|generate --checkpoint $w/huge.h5 --prompt-ids 1,2 --tp 2"
 "0|dup.conf:2: 'n-embd' is given again (first on line 1)|plan --config $w/dup.conf"
 "0|--sgemm-gflops: 1e-300 is out of range|plan --sgemm-gflops 1e-300"
+"0|the name is not UTF-8, and --json records it|bench --config $bn --json $w/bj.json"
 )
 for row in "${rows[@]}"; do
   np=${row%%|*}; rest=${row#*|}; want=${rest%%|*}; cmd=${rest#*|}

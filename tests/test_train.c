@@ -474,13 +474,23 @@ START_TEST(test_bench) {
   ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, sys; d = json.load(open('%s/bench.json')); "
                       "sys.exit(not (d['dp'] == 2 and d['step_s'] > 0 and d['gemm_replay_s'] > 0 and "
                       "d['gemm_replay_s'] < 3 * d['step_s'] and d['gemm_eff'] > 0 and d['gemm_eff_best'] > 0 and "
-                      "d['gemm_best_flops_per_s'] > 0 and d['peak_rss_bytes'] > 0))\"", OUT), 0);
-  /* with no shape given it runs: T is 256, or the model's n_positions where that is less */
+                      "d['gemm_best_flops_per_s'] > 0 and d['peak_rss_bytes'] > 0 and d['preset'] == 'tiny' and "
+                      "d['config_file'] is None and d['n_layer'] == 2 and d['vocab_size'] == 50400))\"", OUT), 0);
+  /* with no shape given it runs: T is 256, or the model's n_positions where that is less; the
+   * model as run (a file's and a flag's changes to the preset) in the log and the JSON */
   snprintf(log, sizeof log, "%s/bench-default.log", OUT);
-  rc = gptj(0, "bench --micro-batch 1 --steps 1 --warmup 0", log);
+  sh("printf 'n_layer = 3\\n' > '%s/b \"1.conf'", OUT);
+  snprintf(args, sizeof args, "bench --micro-batch 1 --steps 1 --warmup 0 --config '%s/b \"1.conf' --n_embd 128 "
+           "--json %s/bench1.json", OUT, OUT);
+  rc = gptj(0, args, log);
   if (rc) sh("cat %s >&2", log);
   ck_assert_int_eq(rc, 0);
-  ck_assert_int_eq(sh("grep -q '^bench: tiny (preset), B 1, T 128,' %s", log), 0);
+  ck_assert_int_eq(sh("grep -q '^bench: %s/b \"1.conf, B 1, T 128,' %s && "
+                      "grep -q '^model: [0-9]* parameters (3 layers, D 128, 4 heads, F 256, V 50400)$' %s",
+                      OUT, log, log), 0);
+  ck_assert_int_eq(sh("/usr/bin/python3 -c \"import json, sys; d = json.load(open('%s/bench1.json')); "
+                      "sys.exit(not (d['config_file'] == '%s/b \\\"1.conf' and d['n_layer'] == 3 and d['n_embd'] == 128))\"",
+                      OUT, OUT), 0);
 }
 END_TEST
 

@@ -3,6 +3,7 @@
  * hardware's peak (MFU), and the GEMM efficiency: the step's own products replayed alone in the
  * same process at the same thread count right after each measured step, over the step's time
  * (pairs: a shared machine's speed drifts, and each pair sees one moment of it). */
+#include <jansson.h>
 #include <malloc.h>
 #include <math.h>
 #include <omp.h>
@@ -103,7 +104,13 @@ static int parse(bench_ctx *x, int argc, char **argv) {
   if (o->T == 0) o->T = GJ_MIN(256, x->c.n_positions); /* the benchmark shape; tiny has 128 positions */
   if (o->T > x->c.n_positions)
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->T, (long long)x->c.n_positions);
-  if (o->json) GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", o->json}, 1, NULL, 0)); /* before the work */
+  if (o->json) { /* before the work */
+    GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", o->json}, 1, NULL, 0));
+    json_t *cf = x->mo.config_file ? json_string(x->mo.config_file) : NULL;
+    if (x->mo.config_file && !cf)
+      return GJ_FAIL("--config %s: the name is not UTF-8, and --json records it", x->mo.config_file);
+    json_decref(cf);
+  }
   return gj_oib_check(o->oib, 0, o->zero);
 }
 
@@ -277,6 +284,10 @@ static void print_header(const bench_ctx *x) {
           mo->config_file ? mo->config_file : mo->preset, mo->config_file ? "" : " (preset)", (long long)o->B,
           (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(), (long long)o->zero,
           (long long)o->recompute, o->oib ? ", optimizer in backward (no clipping)" : "");
+  const gj_config *c = &x->c; /* the preset or file with the flags' overrides (e.g. --n_layer 1) */
+  gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld)",
+          (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd, (long long)c->n_head,
+          (long long)c->n_inner, (long long)c->vocab_size);
   gj_info("GEMM: %s", gj_gemm_describe());
 }
 
@@ -309,10 +320,21 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
   GJ_TRY(gj_outfile_begin(&of, o->json));
   FILE *fp = fopen(of.tmp, "w");
   if (!fp) return gj_outfile_abort(&of), GJ_FAIL("--json %s: cannot write", o->json);
-  fprintf(fp, "{\"preset\": \"%s\", \"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
+  /* the model as run: "preset" is the base the flags changed, "config_file" (or null) the file */
+  json_t *cf = x->mo.config_file ? json_string(x->mo.config_file) : json_null();
+  char *cfs = cf ? json_dumps(cf, JSON_ENCODE_ANY) : NULL;
+  json_decref(cf);
+  if (!cfs) return fclose(fp), gj_outfile_abort(&of), GJ_FAIL("out of memory");
+  const gj_config *c = &x->c;
+  fprintf(fp, "{\"preset\": \"%s\", \"config_file\": %s, \"n_params\": %lld, \"n_layer\": %lld, \"n_embd\": %lld, "
+          "\"n_head\": %lld, \"n_inner\": %lld, \"vocab_size\": %lld, ",
+          x->mo.preset, cfs, (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
+          (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size);
+  free(cfs);
+  fprintf(fp, "\"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
           "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
           "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
-          x->mo.preset, (long long)o->B, (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(),
+          (long long)o->B, (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(),
           (long long)o->zero, (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
           gj_gemm_describe(), gj_blas_core(), f->step, f->tps);
   fprintf(fp, "\"breakdown_s\": {");
