@@ -5,7 +5,8 @@
  *   depend on DP x TP.
  * - The training path (vocabulary head in blocks, fused with its backward) equals the
  *   whole-logits forward + backward, in loss and every gradient, at TP 1 and TP = ranks.
- * - The training step (src/train/step.c) gives the same losses over TP, DP and ZeRO-1.
+ * - The training step (src/train/step.c) gives the same losses over TP, DP and ZeRO-1, and
+ *   every rank skips a step whose huge gradient element is on one TP shard alone.
  * - The collectives of src/parallel/ (broadcast, reductions, agreement, node size, ordered
  *   gather, vocab all-gather, TP argmax) against what they must compute. */
 #include <check.h>
