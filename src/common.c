@@ -105,9 +105,19 @@ static void on_pipe(int sig) { die_by(sig); }
 static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 #define N_STOP_SIGS (sizeof stop_sigs / sizeof stop_sigs[0])
 
+/* In graceful mode a second SIGINT or SIGTERM ends the process at once, unless the first stop
+ * signal was SIGUSR1: a scheduler's request to checkpoint (Slurm's --signal, or train.sbatch's
+ * trap) is often followed by its SIGTERM, which must not cost the checkpoint. That SIGTERM
+ * then counts as the first. Two signals may be handled at once by two threads: the record is
+ * a compare-and-swap, so one of them is the first. */
 static void on_signal(int sig) {
-  if (!graceful_mode || (stop_sig && (sig == SIGINT || sig == SIGTERM))) die_by(sig);
-  if (!stop_sig) stop_sig = sig;
+  if (!graceful_mode) die_by(sig);
+  const int urgent = sig == SIGINT || sig == SIGTERM;
+  int old = 0;
+  while (!__atomic_compare_exchange_n(&stop_sig, &old, sig, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    if (!urgent) return;              /* a later USR1 or HUP: the stop is already asked for */
+    if (old != SIGUSR1) die_by(sig);  /* a second SIGINT or SIGTERM */
+  }
 }
 
 void gj_signals_install(int graceful) {

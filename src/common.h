@@ -83,9 +83,10 @@ int gj_add_size(size_t *n, size_t a, size_t b);
  * SIGTERM, SIGHUP and SIGUSR1 remove the registered temporary files and end the process by
  * the signal. In graceful mode (gptj train) they only record a stop request, read with
  * gj_stop_signal(), and the program stops at its next stop point; a second SIGINT or SIGTERM
- * removes the temporaries and ends the process at once. */
+ * removes the temporaries and ends the process at once (after a SIGUSR1 the first SIGINT or
+ * SIGTERM is a stop request still: a scheduler's checkpoint request, then its SIGTERM). */
 void gj_signals_install(int graceful);
-int gj_stop_signal(void); /* the first stop signal received, 0 if none */
+int gj_stop_signal(void); /* the stop signal received (SIGUSR1's replaced by a later SIGINT or SIGTERM), 0 if none */
 /* Hold the stop signals (1) until released (0): around the renames of outputs that belong
  * together, so that a signal leaves all of them old or all new. */
 void gj_signals_hold(int on);

@@ -311,6 +311,40 @@ START_TEST(test_signal_stop) {
 }
 END_TEST
 
+/* Two stop signals: SIGTERM while the checkpoint that SIGUSR1 asked for is being written (a
+ * scheduler's checkpoint request, then its SIGTERM) lets the write finish and the run stop
+ * with exit 0; SIGINT and SIGTERM together (the trainer stopped, both sent, then continued:
+ * two threads may handle them at once, in either order) end the process at once, by the
+ * second, leaving no temporary file. (set -m: a background job of a script without job
+ * control would ignore SIGINT.) */
+START_TEST(test_signal_pairs) {
+  for (int k = 0; k < 2; k++) {
+    char run[1300], log[1400];
+    snprintf(run, sizeof run, "%s/sigpair%d", OUT, k);
+    snprintf(log, sizeof log, "%s.log", run);
+    sh("rm -rf %s", run);
+    char act[1600];
+    if (k)
+      snprintf(act, sizeof act, "kill -STOP $p; kill -INT $p; kill -TERM $p; kill -CONT $p");
+    else /* SIGTERM once the checkpoint's temporary file exists */
+      snprintf(act, sizeof act, "kill -USR1 $p; seen=0; for i in $(seq 3000); do ls -a %s | grep -q tmp && seen=1 && "
+               "break; sleep 0.005; done; kill -TERM $p; [ $seen = 1 ] || { wait $p; exit 98; }", run);
+    int rc = sh("set -m; %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --run-dir %s >%s 2>&1 & p=$!; "
+                "for i in $(seq 600); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; %s; wait $p",
+                B_, COMMON, DATA, run, log, log, act);
+    if (k == 0) {
+      if (rc) sh("cat %s >&2", log);
+      ck_assert_msg(rc != 98, "the checkpoint's temporary file was not seen");
+      ck_assert_int_eq(rc, 0);
+      ck_assert_int_eq(sh("grep -q 'signal: stopped at step' %s && test -f %s/latest", log, run), 0);
+    } else {
+      ck_assert_msg(rc == 128 + 2 || rc == 128 + 15, "SIGINT and SIGTERM: exit %d, not death by either", rc);
+    }
+    ck_assert_int_eq(sh("! ls -a %s | grep -q tmp", run), 0);
+  }
+}
+END_TEST
+
 int main(void) {
   if (tu_gptj_setup(B_, S_, MPI_, OUT, DATA, sizeof MPI_, "resume")) return 1;
   Suite *s = suite_create("resume");
@@ -325,5 +359,6 @@ int main(void) {
   TU_ADD(s, test_damaged_checkpoints, NULL, 900);
   TU_ADD(s, test_disk_full, NULL, 900);
   TU_ADD(s, test_metrics_full, NULL, 900);
+  TU_ADD(s, test_signal_pairs, NULL, 900);
   return tu_run(s);
 }
