@@ -239,6 +239,7 @@ hf("h_frac0", cfg=dict(n_embd=16.0))
 hf("h_neg", cfg=dict(n_inner=-1))
 hf("h_str", cfg=dict(n_embd="16"))
 hf("h_head0", cfg=dict(n_head=0, rotary_dim=None))
+hf("h_rotnull", cfg=dict(rotary_dim=None))   # several heads: transformers cannot run it
 hf("h_eps", cfg=dict(layer_norm_epsilon="1e-5"))
 hf("h_real", cfg=dict(vocab_size=1e30))
 hf("h_dupkey", raw_cfg=json.dumps(dict(CFG, activation_function="gelu_new"))[:-1] + ', "n_layer": 1}')
@@ -504,6 +505,7 @@ rows=(
 "0|config.json: 'n_inner' = -1 is negative|convert --from-hf $w/h_neg --out $w/x.h5"
 "0|config.json: 'n_embd' must be an integer, got the string|convert --from-hf $w/h_str --out $w/x.h5"
 "0|config.json: n_head = 0 is out of range [1, 65536]|convert --from-hf $w/h_head0 --out $w/x.h5"
+"0|config.json: rotary_dim is null with n_head 2: transformers then builds its rotary table over n_embd (16)|convert --from-hf $w/h_rotnull --out $w/x.h5"
 "0|config.json: 'layer_norm_epsilon' must be a number|convert --from-hf $w/h_eps --out $w/x.h5"
 "0|config.json: 'vocab_size' must be an integer, got 1e+30|convert --from-hf $w/h_real --out $w/x.h5"
 "0|config.json: duplicate object key|convert --from-hf $w/h_dupkey --out $w/x.h5"

@@ -77,8 +77,13 @@ static int read_config(const char *dir, gj_config *c) {
   if (given.rotary_dim < 0) given.rotary_dim = 0;
   if (gj_config_validate(&given)) return gj_err_prefix(p);
   /* HF: n_inner None (GPTJConfig's default too) means 4 n_embd; rotary_dim None the whole
-   * head, and a config without it has GPTJConfig's default, 64 */
+   * width n_embd (its one head's: several cannot run), and a config without it has
+   * GPTJConfig's default, 64 */
   int rot_missing = c->rotary_dim == -2;
+  if (c->rotary_dim == -1 && c->n_head > 1) /* transformers' table is n_embd wide, not a head's */
+    return GJ_FAIL("%s: rotary_dim is null with n_head %lld: transformers then builds its rotary table over "
+                   "n_embd (%lld), which runs one head only; give rotary_dim (%lld rotates whole heads)",
+                   p, (long long)c->n_head, (long long)c->n_embd, (long long)(c->n_embd / c->n_head));
   if (c->n_inner < 0) c->n_inner = 4 * c->n_embd;
   if (c->rotary_dim == -1) c->rotary_dim = c->n_embd / c->n_head;
   if (rot_missing) c->rotary_dim = 64;
@@ -87,7 +92,7 @@ static int read_config(const char *dir, gj_config *c) {
   char why[GJ_ERRMSG_MAX];
   snprintf(why, sizeof why, "%s", gj_errmsg());
   return GJ_FAIL("%s: %s (it has no 'rotary_dim': transformers' default is 64; null means the whole "
-                 "head)", p, why);
+                 "width, for a model of one head)", p, why);
 }
 
 /* The shard files, from model.safetensors.index.json, or the single model.safetensors. */
