@@ -528,27 +528,33 @@ START_TEST(test_random_hf) {
 END_TEST
 
 /* config.json's optional keys as transformers' GPTJConfig reads them: rotary_dim missing is its
- * default 64, null the whole head; n_inner missing or null is 4 n_embd. A default that does not
- * fit the head is refused, saying where the 64 came from. */
+ * default 64, null the whole width (transformers' rotary table is n_embd wide: with one head
+ * the whole head; with several, a model it cannot run, refused); n_inner missing or null is
+ * 4 n_embd. A default that does not fit the head is refused, saying where the 64 came from. */
 START_TEST(test_hf_config_defaults) {
-  struct { const char *extra; int64_t rot, inner; } cs[] = {
-      {"", 64, 1024}, {", \"rotary_dim\": null, \"n_inner\": null", 128, 1024}, {", \"rotary_dim\": 32, \"n_inner\": 8", 32, 8}};
+  struct { const char *extra; int embd, head; int64_t rot, inner; const char *err; } cs[] = {
+      {"", 256, 2, 64, 1024, NULL},
+      {", \"rotary_dim\": null, \"n_inner\": null", 128, 1, 128, 512, NULL},
+      {", \"rotary_dim\": 32, \"n_inner\": 8", 256, 2, 32, 8, NULL},
+      {"", 64, 2, 0, 0, "config.json: rotary_dim 64 is larger than the head dimension 32 (n_embd/n_head) (it has "
+                        "no 'rotary_dim': transformers' default is 64"}, /* head 32 < 64 */
+      {", \"rotary_dim\": null", 256, 2, 0, 0, "config.json: rotary_dim is null with n_head 2: transformers then "
+                                               "builds its rotary table over n_embd (256)"}};
   char d[1300], p[1400];
   snprintf(d, sizeof d, "%s/hfcfg", OUT);
   sh("rm -rf %s && mkdir -p %s && printf '\\002\\000\\000\\000\\000\\000\\000\\000{}' > %s/model.safetensors", d, d, d);
   snprintf(p, sizeof p, "%s/config.json", d);
-  for (int i = 0; i < 4; i++) {
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     FILE *f = fopen(p, "w");
-    fprintf(f, "{\"vocab_size\": 64, \"n_positions\": 32, \"n_embd\": %d, \"n_layer\": 1, \"n_head\": 2%s}",
-            i < 3 ? 256 : 64, i < 3 ? cs[i].extra : "");
+    fprintf(f, "{\"vocab_size\": 64, \"n_positions\": 32, \"n_embd\": %d, \"n_layer\": 1, \"n_head\": %d%s}",
+            cs[i].embd, cs[i].head, cs[i].extra);
     fclose(f);
     gj_hf h;
     gj_config c;
     int rc = gj_hf_open(&h, d, &c);
-    if (i == 3) { /* head 32 < 64 */
+    if (cs[i].err) {
       ck_assert_int_ne(rc, 0);
-      ck_assert_msg(strstr(gj_errmsg(), "config.json: rotary_dim 64 is larger than the head dimension 32") &&
-                        strstr(gj_errmsg(), "no 'rotary_dim': transformers' default is 64"), "%s", gj_errmsg());
+      ck_assert_msg(strstr(gj_errmsg(), cs[i].err), "%s", gj_errmsg());
       continue;
     }
     ck_assert_msg(rc == 0, "%s", gj_errmsg());
