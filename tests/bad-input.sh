@@ -239,7 +239,7 @@ hf("h_frac0", cfg=dict(n_embd=16.0))
 hf("h_neg", cfg=dict(n_inner=-1))
 hf("h_str", cfg=dict(n_embd="16"))
 hf("h_head0", cfg=dict(n_head=0, rotary_dim=None))
-hf("h_rotnull", cfg=dict(rotary_dim=None))   # several heads: transformers cannot run it
+hf("h_rotnull", raw_cfg=json.dumps(dict(CFG, rotary_dim=None, activation_function="gelu_new")))  # several heads: transformers cannot run it
 hf("h_eps", cfg=dict(layer_norm_epsilon="1e-5"))
 hf("h_real", cfg=dict(vocab_size=1e30))
 hf("h_dupkey", raw_cfg=json.dumps(dict(CFG, activation_function="gelu_new"))[:-1] + ', "n_layer": 1}')
