@@ -53,10 +53,11 @@ typedef struct {
   double peak;
   const char *peak_how;
   double rss_probe; /* peak RSS before the GEMM timings, each followed by a reset of the mark (0: none) */
+  char *config_json; /* --json: the config file's name as a JSON string, or null */
 } bench_ctx;
 
 static void bench_free(bench_ctx *x) {
-  free(x->st_s), free(x->rp_s), free(x->ratio);
+  free(x->st_s), free(x->rp_s), free(x->ratio), free(x->config_json);
   gj_trainer_free(&x->tr);
   gj_model_free(&x->m);
   gj_state_free(&x->st);
@@ -106,10 +107,11 @@ static int parse(bench_ctx *x, int argc, char **argv) {
     return GJ_FAIL("--seq-len %lld exceeds n_positions %lld", (long long)o->T, (long long)x->c.n_positions);
   if (o->json) { /* before the work */
     GJ_TRY(gj_outfile_plan(&(gj_file_ref){"--json", o->json}, 1, NULL, 0));
-    json_t *cf = x->mo.config_file ? json_string(x->mo.config_file) : NULL;
-    if (x->mo.config_file && !cf)
-      return GJ_FAIL("--config %s: the name is not UTF-8, and --json records it", x->mo.config_file);
+    json_t *cf = x->mo.config_file ? json_string(x->mo.config_file) : json_null();
+    if (!cf) return GJ_FAIL("--config %s: the name is not UTF-8, and --json records it", x->mo.config_file);
+    x->config_json = json_dumps(cf, JSON_ENCODE_ANY);
     json_decref(cf);
+    if (!x->config_json) return GJ_FAIL("out of memory");
   }
   return gj_oib_check(o->oib, 0, o->zero);
 }
@@ -321,16 +323,11 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
   FILE *fp = fopen(of.tmp, "w");
   if (!fp) return gj_outfile_abort(&of), GJ_FAIL("--json %s: cannot write", o->json);
   /* the model as run: "preset" is the base the flags changed, "config_file" (or null) the file */
-  json_t *cf = x->mo.config_file ? json_string(x->mo.config_file) : json_null();
-  char *cfs = cf ? json_dumps(cf, JSON_ENCODE_ANY) : NULL;
-  json_decref(cf);
-  if (!cfs) return fclose(fp), gj_outfile_abort(&of), GJ_FAIL("out of memory");
   const gj_config *c = &x->c;
   fprintf(fp, "{\"preset\": \"%s\", \"config_file\": %s, \"n_params\": %lld, \"n_layer\": %lld, \"n_embd\": %lld, "
           "\"n_head\": %lld, \"n_inner\": %lld, \"vocab_size\": %lld, ",
-          x->mo.preset, cfs, (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
+          x->mo.preset, x->config_json, (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size);
-  free(cfs);
   fprintf(fp, "\"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
           "\"threads\": %d, \"zero\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
           "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
@@ -362,7 +359,7 @@ int gj_cmd_bench(int argc, char **argv) {
   bench_ctx x;
   memset(&x, 0, sizeof x);
   int rc = parse(&x, argc, argv);
-  if (rc) return rc > 0 ? 0 : rc;
+  if (rc) return free(x.config_json), rc > 0 ? 0 : rc;
   rc = setup(&x);
   if (!rc) print_header(&x);
   if (!rc) rc = run_steps(&x);

@@ -94,7 +94,8 @@ static int batch_grads(gj_trainer *t, const gj_step_in *in, oib_run *oib, double
                    "gradients, not %lld", (long long)in->A);
   gj_state_zero_grads(st);
   gj_dp_begin(&t->dp);
-  /* the last micro-batch's backward starts the DP reduction (ZeRO-1's too: gj_dp_allgather) */
+  /* the last micro-batch's backward starts the DP reduction (ZeRO-1's too; its all-gather of
+   * the updated weights follows AdamW: gj_dp_allgather) */
   gj_grad_hook hook = {gj_dp_ready, &t->dp};
   if (t->oib) hook = (gj_grad_hook){oib_ready, oib};
   float scale = (float)(1.0 / in->n_targets);
