@@ -29,10 +29,6 @@ static int gptj(int np, const char *log, const char *fmt, ...) {
 
 static int grep(const char *log, const char *pattern) { return sh("grep -q -- '%s' %s", pattern, log) == 0; }
 
-/* A shell fragment: wait (up to 60 s: a trainer's start takes over 10 s when make check's
- * suites load both cores) until the log (the next %s) has a line matching pat. */
-#define WAIT_LOG(pat) "for i in $(seq 1200); do grep -q '" pat "' %s 2>/dev/null && break; sleep 0.05; done; "
-
 /* Two trainers on one run directory: the second is refused naming the first; the first goes
  * on. A lock left by a killed trainer, or by a process on another host that has not touched
  * it for GJ_LOCK_STALE_S or whose Slurm job has ended, is taken over; a fresh one of another
@@ -100,7 +96,7 @@ START_TEST(test_lock) {
   sh("rm -rf %s", run);
   rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s >%s 2>&1 & p=$!; echo $p > %s.pid; "
           WAIT_LOG("step .*/100000")
-          "rm %s/lock; for i in $(seq 1200); do grep -q 'taken again' %s && break; sleep 0.05; done; "
+          "rm %s/lock; " WAIT_LOG("taken again")
           "grep -q \"pid $p host\" %s/lock || { kill $p; exit 9; }; "
           "printf 'gptj train: pid 1 host elsewhere job - since 2026-01-01T00:00:00Z token y\\n' > %s/lock.new; "
           "mv %s/lock.new %s/lock; wait $p",

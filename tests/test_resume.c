@@ -219,8 +219,8 @@ START_TEST(test_kill_one_rank) {
   snprintf(log, sizeof log, "%s/k_one.log", OUT);
   sh("rm -rf %s", run);
   int rc = sh("timeout 120 %s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --save-every 4 "
-              "--run-dir %s >%s 2>&1 & p=$!; for i in $(seq 1200); do grep -q 'step 9/' %s 2>/dev/null && break; "
-              "sleep 0.05; done; m=$(pgrep -P $p); kill -9 $(pgrep -P $m -x gptj | tail -1); "
+              "--run-dir %s >%s 2>&1 & p=$!; " WAIT_LOG("step 9/")
+              "m=$(pgrep -P $p); kill -9 $(pgrep -P $m -x gptj | tail -1); "
               "s=$SECONDS; wait $p; e=$?; echo \"ended $e after $((SECONDS - s)) s\" >> %s; [ $e -ne 0 ] && [ $((SECONDS - s)) -lt 30 ]",
               MPI_, B_, COMMON, DATA, run, log, log, log);
   ck_assert_msg(rc == 0, "the job did not end promptly with an error after kill -9 of a rank");
@@ -282,7 +282,7 @@ START_TEST(test_metrics_full) {
               "--run-dir %s/run >%s 2>&1 & p=$!; m=%s/run/metrics.jsonl; "
               "for i in $(seq 600); do [ -f $m ] && [ $(wc -l < $m) -ge 3 ] && break; sleep 0.05; done; "
               "head -c 200M /dev/zero > %s/fill 2>/dev/null; "
-              "for i in $(seq 600); do grep -q 'metrics.jsonl: write error' %s && break; sleep 0.05; done; "
+              WAIT_LOG("metrics.jsonl: write error")
               "wc -l < $m > %s/lines; rm -f %s/fill; wait $p",
               B_, COMMON, DATA, dir, log, dir, dir, log, OUT, dir);
   int warned = sh("test $(grep -c 'run/metrics.jsonl: write error (No space left on device): no more records this "
@@ -304,7 +304,7 @@ START_TEST(test_signal_stop) {
   snprintf(log, sizeof log, "%s/sig.log", OUT);
   sh("rm -rf %s", run);
   int rc = sh("%s -np 2 %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --run-dir %s >%s 2>&1 & p=$!; "
-              "for i in $(seq 600); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; kill -USR1 $p; wait $p",
+              WAIT_LOG("step 3/") "kill -USR1 $p; wait $p",
               MPI_, B_, COMMON, DATA, run, log, log);
   ck_assert_int_eq(rc, 0);
   ck_assert_int_eq(sh("grep -q 'signal: stopped at step' %s && test -f %s/latest", log, run), 0);
@@ -330,7 +330,7 @@ START_TEST(test_signal_pairs) {
       snprintf(act, sizeof act, "kill -USR1 $p; seen=0; for i in $(seq 3000); do ls -a %s | grep -q tmp && seen=1 && "
                "break; sleep 0.005; done; kill -TERM $p; [ $seen = 1 ] || { wait $p; exit 98; }", run);
     int rc = sh("set -m; %s/gptj train %s --data %s --steps 100000 --micro-batch 4 --run-dir %s >%s 2>&1 & p=$!; "
-                "for i in $(seq 600); do grep -q 'step 3/' %s 2>/dev/null && break; sleep 0.1; done; %s; wait $p",
+                WAIT_LOG("step 3/") "%s; wait $p",
                 B_, COMMON, DATA, run, log, log, act);
     if (k == 0) {
       if (rc) sh("cat %s >&2", log);

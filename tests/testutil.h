@@ -104,6 +104,10 @@ static int tu_gptj_setup(char *B, char *S, char *M, char *out, char *data, size_
 /* Add test t to s as a case of its own, named as the test (CK_RUN_CASE=test_x runs only it),
  * with a timeout and tags ("long": left out of the sanitizer build's run, CK_EXCLUDE_TAGS). */
 #define TU_ADD(s, t, tags, timeout) tu_add((s), (t), #t, (tags), (timeout))
+
+/* A shell fragment for sh(): wait (up to 60 s: a trainer's start takes over 10 s when make
+ * check's suites load both cores) until the log (the next %s) has a line matching pat. */
+#define WAIT_LOG(pat) "for i in $(seq 1200); do grep -q '" pat "' %s 2>/dev/null && break; sleep 0.05; done; "
 static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout)
     __attribute__((unused));
 static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout) {
