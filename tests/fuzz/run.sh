@@ -25,19 +25,36 @@ cat > "$out/blas_stub.c" <<'C'
 char *openblas_get_corename(void) { return "none"; }
 C
 export GJ_VOCAB_DIR=$top/data/gpt2
-status=0
-for name in config jsonl jsonscan tokenizer safetensors; do
-  bin=$out/fuzz_$name
+# one harness: build it, run it for $secs s, leave its verdict line in $out/$name.verdict
+fuzz_one() {
+  local name=$1 bin=$out/fuzz_$1 corpus=$out/corpus-$1
   # shellcheck disable=SC2086
-  clang $cflags "$here/fuzz_$name.c" ${srcs[$name]} $common "$out/blas_stub.c" $libs -o "$bin"
-  corpus=$out/corpus-$name
+  if ! clang $cflags "$here/fuzz_$name.c" ${srcs[$name]} $common "$out/blas_stub.c" $libs -o "$bin" \
+       >"$out/$name.log" 2>&1; then
+    echo "FAIL: fuzz $name: the harness does not build: see $out/$name.log" >"$out/$name.verdict"; return
+  fi
   mkdir -p "$corpus" "$out/crash-$name"
   cp -n "$here/seeds/$name"/* "$corpus/" 2>/dev/null || true
   if "$bin" -max_total_time="$secs" -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
        -artifact_prefix="$out/crash-$name/" -print_final_stats=1 "$corpus" >"$out/$name.log" 2>&1; then
-    echo "PASS: fuzz $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$name.log" | grep -o '[0-9]*$') runs in ${secs} s, no finding"
+    echo "PASS: fuzz $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$name.log" | grep -o '[0-9]*$') runs in ${secs} s, no finding" >"$out/$name.verdict"
   else
-    echo "FAIL: fuzz $name: see $out/$name.log and $out/crash-$name/"; tail -n 30 "$out/$name.log"; status=1
+    echo "FAIL: fuzz $name: see $out/$name.log and $out/crash-$name/" >"$out/$name.verdict"
   fi
+}
+# Each harness is one process on one core: run as many at once as there are cores (each still
+# fuzzes for its whole $secs s), then report in a fixed order.
+names=(config jsonl jsonscan tokenizer safetensors)
+width=$(nproc)
+for name in "${names[@]}"; do
+  rm -f "$out/$name.verdict"
+  while [ "$(jobs -rp | wc -l)" -ge "$width" ]; do wait -n || true; done
+  fuzz_one "$name" &
+done
+wait
+status=0
+for name in "${names[@]}"; do
+  if [ -s "$out/$name.verdict" ]; then cat "$out/$name.verdict"; else echo "FAIL: fuzz $name: no verdict (see $out/$name.log)"; fi
+  if ! grep -q '^PASS' "$out/$name.verdict" 2>/dev/null; then status=1; tail -n 30 "$out/$name.log"; fi
 done
 exit $status
