@@ -20,11 +20,6 @@ void gj_comm_before_init(void) {
    * file's path into a fixed buffer when MPI-IO opens a file, and aborts on paths of ~230
    * characters: leave it out, unless the user chose the components. */
   setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
-  /* A process started without mpirun or srun (a singleton: gptj eval, generate, convert, a
-   * one-rank train) need not fork Open MPI's daemon (orted), which gptj would use only to
-   * spawn processes, and it never does: 0.2-0.3 s less at each start. Only the singleton
-   * component reads it; the user's own setting wins. */
-  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
 }
 
 gj_comm gj_comm_world(void) { return MPI_COMM_WORLD; }
