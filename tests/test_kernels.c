@@ -1,5 +1,7 @@
 /* Kernel tests: each float forward against a naive double-precision loop, each backward
  * against central finite differences of that double forward, on small odd shapes. */
+#include <cblas.h>
+#undef I /* complex.h's, from cblas.h: the tests name a size I */
 #include <check.h>
 #include <math.h>
 #include <omp.h>
@@ -1077,6 +1079,39 @@ START_TEST(test_crossentropy_nan) {
 }
 END_TEST
 
+/* The hardware peak that MFU divides by is a ceiling: no product may run faster. One thread's
+ * FMA peak (gj_peak_flops) against OpenBLAS's sgemm on 384^3, the best of each over rounds that
+ * alternate the two (the machine's other load lowers both or neither). A peak loop slowed by
+ * instrumentation read 4 GFLOP/s against sgemm's 60 in the sanitizer build, where MFU then came
+ * out above 1 at every step. */
+START_TEST(test_peak_ceiling) {
+  gj_cpu_features f;
+  gj_cpu_detect(&f);
+  ck_assert_msg(f.avx2, "no AVX2: gptj's peak loop needs AVX2 FMA (every CPU it targets has it)");
+  enum { n = 384 };
+  float *a = tu_falloc((size_t)n * n), *b = tu_falloc((size_t)n * n), *c = tu_falloc((size_t)n * n);
+  tu_fill(a, NULL, (size_t)n * n, 1.0), tu_fill(b, NULL, (size_t)n * n, 1.0);
+  openblas_set_num_threads(1);
+  double peak = 0, gemm = 0;
+  const char *how = NULL;
+  for (int round = 0; round < 3; round++) {
+    peak = GJ_MAX(peak, gj_peak_flops(GJ_PREC_F32, 1, &how));
+    for (int rep = 0; rep < 5; rep++) {
+      double t0 = gj_now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      double dt = gj_now() - t0;
+      if (dt > 0) gemm = GJ_MAX(gemm, 2.0 * n * n * n / dt);
+    }
+  }
+  openblas_set_num_threads(omp_get_max_threads());
+  fprintf(stderr, "peak ceiling: %s %.1f GFLOP/s, OpenBLAS %s sgemm %d^3 %.1f GFLOP/s (%.0f%% of the peak)\n", how,
+          peak / 1e9, gj_blas_core(), n, gemm / 1e9, 100 * gemm / peak);
+  ck_assert_msg(gemm <= peak, "sgemm ran at %.1f GFLOP/s, above the peak of %.1f (%s): the peak is measured wrong",
+                gemm / 1e9, peak / 1e9, how);
+  free(a), free(b), free(c);
+}
+END_TEST
+
 START_TEST(test_crossentropy) { check_ce(0.0); }
 END_TEST
 START_TEST(test_crossentropy_zloss) { check_ce(1e-2); }
@@ -1096,6 +1131,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_bf16_pieces);
   tcase_add_test(tc, test_gemm_bf16_rows);
   tcase_add_test(tc, test_gemm_replay);
+  tcase_add_test(tc, test_peak_ceiling);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_rotary);
   tcase_add_test(tc, test_attention_small);
