@@ -1080,15 +1080,19 @@ START_TEST(test_crossentropy_nan) {
 END_TEST
 
 /* The hardware peak that MFU divides by is a ceiling: no product may run faster. One thread's
- * FMA peak (gj_peak_flops) against OpenBLAS's sgemm on 384^3, the best of each over rounds that
- * alternate the two (the machine's other load lowers both or neither). A peak loop slowed by
- * instrumentation read 4 GFLOP/s against sgemm's 60 in the sanitizer build, where MFU then came
- * out above 1 at every step. */
+ * FMA peak (gj_peak_flops) against OpenBLAS's sgemm on 1024^3 (about 30 ms a call: a short call
+ * is at the mercy of a virtual machine's clock), the best of each over rounds that alternate the
+ * two, so that the machine's other load lowers both or neither. Idle, sgemm runs at 75-85% of
+ * the peak. Beside the other lane of make check one best-of can still land in a quieter moment
+ * than the other (a first version, timing 1.4 ms calls, read sgemm 80.7 against a peak of 58.4),
+ * hence a margin of 2: what this guards against is a peak wrong many times over, as when the
+ * sanitizers' instrumentation slowed the loop to 4-6 GFLOP/s against sgemm's 60-70 (every step's
+ * MFU then came out above 1). */
 START_TEST(test_peak_ceiling) {
   gj_cpu_features f;
   gj_cpu_detect(&f);
   ck_assert_msg(f.avx2, "no AVX2: gptj's peak loop needs AVX2 FMA (every CPU it targets has it)");
-  enum { n = 384 };
+  enum { n = 1024 };
   float *a = tu_falloc((size_t)n * n), *b = tu_falloc((size_t)n * n), *c = tu_falloc((size_t)n * n);
   tu_fill(a, NULL, (size_t)n * n, 1.0), tu_fill(b, NULL, (size_t)n * n, 1.0);
   openblas_set_num_threads(1);
@@ -1096,7 +1100,7 @@ START_TEST(test_peak_ceiling) {
   const char *how = NULL;
   for (int round = 0; round < 3; round++) {
     peak = GJ_MAX(peak, gj_peak_flops(GJ_PREC_F32, 1, &how));
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 3; rep++) {
       double t0 = gj_now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
       double dt = gj_now() - t0;
@@ -1104,9 +1108,9 @@ START_TEST(test_peak_ceiling) {
     }
   }
   openblas_set_num_threads(omp_get_max_threads());
-  fprintf(stderr, "peak ceiling: %s %.1f GFLOP/s, OpenBLAS %s sgemm %d^3 %.1f GFLOP/s (%.0f%% of the peak)\n", how,
-          peak / 1e9, gj_blas_core(), n, gemm / 1e9, 100 * gemm / peak);
-  ck_assert_msg(gemm <= peak, "sgemm ran at %.1f GFLOP/s, above the peak of %.1f (%s): the peak is measured wrong",
+  fprintf(stderr, "peak ceiling: %s %.1f GFLOP/s, OpenBLAS %s sgemm %d^3 on 1 thread %.1f GFLOP/s (%.0f%% of the peak)\n",
+          how, peak / 1e9, gj_blas_core(), n, gemm / 1e9, 100 * gemm / peak);
+  ck_assert_msg(gemm <= 2 * peak, "sgemm ran at %.1f GFLOP/s, above the peak of %.1f (%s): the peak is measured wrong",
                 gemm / 1e9, peak / 1e9, how);
   free(a), free(b), free(c);
 }
