@@ -1080,9 +1080,9 @@ START_TEST(test_crossentropy_nan) {
 END_TEST
 
 /* The hardware peak that MFU divides by is a ceiling: no product may run faster. One thread's
- * FMA peak (gj_peak_flops) against OpenBLAS's sgemm on 1024^3 (about 30 ms a call: a short call
- * is at the mercy of a virtual machine's clock), the best of each over rounds that alternate the
- * two, so that the machine's other load lowers both or neither. Idle, sgemm runs at 75-85% of
+ * FMA peak (gj_peak_flops) against OpenBLAS's sgemm on 1024^3 (about 30 ms a call, longer than a
+ * scheduler's time slice, as the peak's 20 ms rounds are), the best of each over rounds that
+ * alternate the two, so that the machine's other load lowers both or neither. Idle, sgemm runs at 75-85% of
  * the peak. Beside the other lane of make check one best-of can still land in a quieter moment
  * than the other (a first version, timing 1.4 ms calls, read sgemm 80.7 against a peak of 58.4),
  * hence a margin of 2: what this guards against is a peak wrong many times over, as when the
