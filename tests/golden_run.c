@@ -215,7 +215,17 @@ static int run(int argc, char **argv, gj_grid *g) {
       double dmax = 0, rmax = 0;
       for (int64_t v = 0; v < m.Vl; v++) dmax = fmax(dmax, fabs((double)lc[v] - lf[v])), rmax = fmax(rmax, fabs((double)lf[v]));
       free(lc);
-      if (!(dmax <= 1e-5 * rmax))
+      /* fp32: 1e-5 of the largest logit (an off-by-one position in the rotary reads 6.7e-4 on
+       * gptj-tiny). bf16: both paths round the same activations to bfloat16, but from float32
+       * values summed in another order (one row against n), so now and then a value near a
+       * rounding boundary rounds the other way, by one bf16 step; on a 3-layer shape with 2
+       * heads that moved a logit by 0.58u (u = 2^-9) of the largest. The bound there is the
+       * forward's golden bound, 4u; the position logic is the same code as in fp32, which the fp32
+       * runs check at 1e-5. */
+      const double tol = strcmp(prec, "bf16") ? 1e-5 : 4.0 / 512;
+      gj_info("KV-cache logits at position %lld against a full forward's: max |diff| %.3g of max |logit| %.3g "
+              "(%.3g; bound %.3g)", (long long)(n - 1), dmax, rmax, dmax / rmax, tol);
+      if (!(dmax <= tol * rmax))
         return GJ_FAIL("KV-cache logits at position %lld differ from a full forward's: max |diff| %g of max |logit| %g",
                        (long long)(n - 1), dmax, rmax);
     }
