@@ -93,7 +93,10 @@ static void check_golden_late(const char *ref_path, int tp, int recompute, int b
   const char *rc_flag = recompute ? (late ? "--recompute --late-head" : "--recompute") : late ? "--late-head" : "";
   const char *prec = bf16 ? tu_bf16() : "";
   const double U = 1.0 / 512, fwd_tol = bf16 ? 4 * U : 1e-5, bwd_tol = bf16 ? 8 * U : 1e-4;
-  snprintf(out, sizeof out, "%s/tests/golden-out-tp%d%s%s%s.h5", builddir, tp, recompute ? "-rc" : "",
+  /* named after the reference too: the shapes' cases do not write over the main file's outputs */
+  const char *base = strrchr(ref_path, '/') ? strrchr(ref_path, '/') + 1 : ref_path;
+  snprintf(out, sizeof out, "%s/tests/golden-out-%.*s-tp%d%s%s%s.h5", builddir, (int)strcspn(base, "."), base, tp,
+           recompute ? "-rc" : "",
            bf16 ? "-bf16" : "", late ? "-late" : "");
   if (tp == 1)
     snprintf(cmd, sizeof cmd, "%s/tests/golden-run %s %s %s %s", builddir, rc_flag, prec, ref_path, out);
@@ -267,7 +270,7 @@ END_TEST
 /* bf16 with the backend auto chooses; on a CPU without bf16 hardware on OpenBLAS (tu_bf16). */
 START_TEST(test_golden_bf16) {
   check_golden_prec(golden, 1, 0, 1);
-  check_golden_prec(golden, 2, 0, 1);
+  if (tp_fits(golden, 2)) check_golden_prec(golden, 2, 0, 1);
   check_golden_prec(golden, 1, 1, 1);
 }
 END_TEST
@@ -275,7 +278,7 @@ END_TEST
 /* The AdamW steps with the head's weight gradient written late, at the same bounds. */
 START_TEST(test_golden_late_head) {
   check_golden_late(golden, 1, 0, 0, 1);
-  check_golden_late(golden, 2, 1, 0, 1);
+  if (tp_fits(golden, 2)) check_golden_late(golden, 2, 1, 0, 1);
   check_golden_late(golden, 1, 0, 1, 1);
 }
 END_TEST
@@ -367,7 +370,7 @@ int main(void) {
   snprintf(mpirun, sizeof mpirun, "%s", tu_env("GJ_MPIRUN", "mpirun"));
   snprintf(srcdir, sizeof srcdir, "%s", tu_env("GJ_SRCDIR", "."));
   snprintf(golden, sizeof golden, "%s/tests/golden/gptj-tiny.h5", srcdir);
-  if (getenv("GJ_GOLDEN")) snprintf(golden, sizeof golden, "%s", getenv("GJ_GOLDEN"));
+  if (getenv("GJ_GOLDEN") && *getenv("GJ_GOLDEN")) snprintf(golden, sizeof golden, "%s", getenv("GJ_GOLDEN"));
   Suite *s = suite_create("golden");
   TCase *tc = tcase_create("golden");
   tcase_set_timeout(tc, 600);
