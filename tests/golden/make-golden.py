@@ -16,6 +16,7 @@ reference.
 Needs Debian's python3-numpy and python3-h5py; run with /usr/bin/python3.
 """
 import argparse
+import os
 import sys
 
 import h5py
@@ -258,12 +259,17 @@ def config_of(f):
                 R=int(at["rotary_dim"]), F=int(at["n_inner"]), eps=float(at["layer_norm_epsilon"]))
 
 
-def kappa(path):
-    """Print each layer's softmax-backward cancellation (see backward) at the file's weights."""
+def load(path):
+    """A golden file's config, weights (float64) and input ids."""
     f = h5py.File(path, "r")
     c = config_of(f)
     P = {n: f["weights"][n][...].astype(np.float64) for n in names(c["L"])}
-    ids = f["inputs/input_ids"][...].astype(np.int64)
+    return f, c, P, f["inputs/input_ids"][...].astype(np.int64)
+
+
+def kappa(path):
+    """Print each layer's softmax-backward cancellation (see backward) at the file's weights."""
+    _, c, P, ids = load(path)
     logits, _, saved = forward(c, P, ids, keep=True)
     k = []
     backward(c, P, ids, logits, saved, k)
@@ -272,26 +278,20 @@ def kappa(path):
 
 
 def check(path):
-    f = h5py.File(path, "r")
-    c = config_of(f)
-    P = {n: f["weights"][n][...].astype(np.float64) for n in names(c["L"])}
-    ids = f["inputs/input_ids"][...].astype(np.int64)
+    f, c, P, ids = load(path)
     r = everything(c, P, ids)
     worst, tol = 0.0, 1e-12
     pairs = [("outputs/logits", r["logits"]), ("outputs/loss", r["loss"])]
     pairs += [("outputs/hidden_after_layer_%d" % i, h) for i, h in enumerate(r["hidden"])]
     pairs += [("grads/" + n, g) for n, g in r["grads"].items()]
-    for k, (loss, norm, coef) in enumerate(r["steps"], 1):
+    for k, (loss, norm, _) in enumerate(r["steps"], 1):
         pairs += [("adamw/step_%d/loss" % k, loss), ("adamw/step_%d/grad_norm" % k, norm)]
-        if "clip_coef" in f["adamw/step_%d" % k].attrs:
-            pairs.append(("adamw/step_%d attribute clip_coef" % k, coef))
     pairs += [("adamw/after_step_%d/%s" % (ADAMW["steps"], n), w) for n, w in r["after"].items()]
+    triples = [(name, mine, f[name][...]) for name, mine in pairs]
+    triples += [("adamw/step_%d clip_coef" % k, coef, f["adamw/step_%d" % k].attrs["clip_coef"])
+                for k, (_, _, coef) in enumerate(r["steps"], 1) if "clip_coef" in f["adamw/step_%d" % k].attrs]
     bad = []
-    for name, mine in pairs:
-        if name.endswith("clip_coef"):
-            ref = f[name.split()[0]].attrs["clip_coef"]
-        else:
-            ref = f[name][...]
+    for name, mine, ref in triples:
         e = rel(mine, ref)
         worst = max(worst, e)
         if not e <= tol:
@@ -303,7 +303,7 @@ def check(path):
         print("make-golden.py: %s: the reference differs: %s" % (path, "; ".join(bad)), file=sys.stderr)
         return 1
     print("make-golden.py: %s reproduced: %d tensors, max rel %.2e (bound %g); greedy ids equal"
-          % (path, len(pairs), worst, tol))
+          % (path, len(triples), worst, tol))
     return 0
 
 
@@ -355,7 +355,6 @@ def write(path, c, B, T, seed):
         f.create_dataset("generate/greedy_ids", data=r["gen"])
         f["generate"].attrs["n_new_tokens"] = np.int64(N_NEW)
         f["generate"].attrs["min_top1_top2_logit_margin"] = np.float64(r["margin"])
-    import os
     os.replace(path + ".tmp", path)
     print("make-golden.py: %s: V %d D %d layers %d heads %d rotary %d F %d, B %d T %d, seed %d; loss %.6f, "
           "greedy margin %.3g" % (path, c["V"], c["D"], c["L"], c["H"], c["R"], c["F"], B, T, seed, r["loss"],
@@ -380,7 +379,7 @@ def main():
     if a.check:
         return check(a.check)
     c = dict(V=a.V, D=a.D, L=a.layers, H=a.heads, R=a.rotary, F=a.F, eps=a.eps)
-    if a.D % a.heads or a.rotary % 2 or a.rotary > a.D // a.heads or a.T < 2 or a.T < PROMPT:
+    if a.D % a.heads or a.rotary % 2 or a.rotary > a.D // a.heads or a.T < PROMPT:
         ap.error("need D divisible by heads, rotary even and at most D/heads, T >= %d" % PROMPT)
     return write(a.out, c, a.B, a.T, a.seed)
 
