@@ -94,6 +94,13 @@ static void die_by(int sig) {
     if (tmp_used[i]) unlink(tmp_path[i]);
   if (made_dir_used) rmdir(made_dir); /* fails, as it should, unless it is empty */
   signal(sig, SIG_DFL);
+  /* called from sig's own handler, where sig is blocked: raised while blocked it would stay
+   * pending, and the process would exit 128 + sig instead of dying by the signal (a shell
+   * running gptj in a loop tells the two apart: only a death by SIGINT stops the script) */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, NULL);
   raise(sig);
   _exit(128 + sig);
 }
