@@ -119,6 +119,14 @@ int gj_log_world(void);
 
 #define GJ_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GJ_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* TP rank k's part of n rows (or columns) split over p ranks: n / p each, and one more on the
+ * first n % p ranks (the vocabulary, which TP need not divide; heads and n_inner it must).
+ * Returns the count, *first the global index of the first. */
+static inline int64_t gj_split(int64_t n, int p, int k, int64_t *first) {
+  int64_t q = n / p, r = n % p;
+  if (first) *first = q * k + (k < r ? k : r);
+  return q + (k < r);
+}
 
 /* SplitMix64 (Steele, Lea, Flood 2014): advance *state by the golden-ratio increment and
  * return the mixed value. The one generator of the program's pseudo-randomness (parameter

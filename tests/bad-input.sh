@@ -425,6 +425,7 @@ rows=(
 "0|config.json|convert --from-hf $w/missing --out $w/x.h5"
 "0|--dtype: expected float32 or bfloat16|convert --to-hf $w/hfo --checkpoint $ck --dtype int8"
 "0|--tp 3 does not divide n_head 4|plan --tp 3"
+"0|--tp 4 is larger than vocab_size 3|plan --tp 4 --vocab_size 3"
 "0|--precision fp16: unknown precision (fp32, bf16)|plan --precision fp16"
 "0|--gemm mkl: unknown backend (auto, openblas, onednn)|plan --gemm mkl"
 # -- rows: sizes and types read from files

@@ -84,7 +84,7 @@ static double token_nll(gj_model *m, gj_grid *g, const int32_t *x, int64_t b, in
   ck_assert_int_eq(gj_model_forward(m, x + b, tg, 1, t - b, 0.0f, &ls, &nv), 0);
   int64_t V = m->c.vocab_size;
   float *full = malloc(V * sizeof(float));
-  ck_assert_int_eq(gj_tp_allgather_vocab(g, full, m->a.logits + (t - b - 1) * m->Vl, m->Vl), 0);
+  ck_assert_int_eq(gj_tp_allgather_vocab(g, full, m->a.logits + (t - b - 1) * m->Vl, V), 0);
   double mx = -INFINITY, s = 0;
   for (int64_t j = 0; j < V; j++) mx = full[j] > mx ? full[j] : mx;
   for (int64_t j = 0; j < V; j++) s += exp(full[j] - mx);
@@ -957,17 +957,20 @@ START_TEST(test_dp_gather) {
 END_TEST
 
 /* The vocab all-gather equals the column gather onto tp rank 0 and the known row, at TP = the
- * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. */
+ * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. V is
+ * 37 tp + tp - 1: TP does not divide it, the first tp - 1 ranks hold 38 entries, the last 37. */
 START_TEST(test_allgather_vocab) {
   int tps[3] = {world_size, world_size % 2 == 0 && world_size > 2 ? 2 : 0, 1};
   for (int ti = 0; ti < 3; ti++) {
     if (!tps[ti]) continue;
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
-    const int64_t Vl = 37, V = Vl * g.tp_size;
+    const int64_t V = 37 * g.tp_size + g.tp_size - 1;
+    int64_t v0, Vl = gj_split(V, g.tp_size, g.tp_rank, &v0);
+    ck_assert_int_eq(Vl, 37 + (g.tp_rank < g.tp_size - 1));
     float *local = malloc(Vl * sizeof(float)), *full = malloc(V * sizeof(float)), *ref = malloc(V * sizeof(float));
-    for (int64_t j = 0; j < Vl; j++) local[j] = 0.5f * (float)(g.tp_rank * Vl + j) + 1000.0f * g.dp_rank;
-    int rc = gj_tp_allgather_vocab(&g, full, local, Vl);
+    for (int64_t j = 0; j < Vl; j++) local[j] = 0.5f * (float)(v0 + j) + 1000.0f * g.dp_rank;
+    int rc = gj_tp_allgather_vocab(&g, full, local, V);
     int rc2 = gj_tp_gather_cols(&g, ref, local, 1, V);
     int bad = 0;
     for (int64_t j = 0; j < V; j++) {

@@ -156,6 +156,54 @@ START_TEST(test_resume_other_layouts) {
 }
 END_TEST
 
+/* A vocabulary that TP does not divide (GPT-2's 50,257 ids = 29 x 1,733): at TP 2 the ranks hold
+ * 25,129 and 25,128 rows, at TP 4 12,565 and 3 x 12,564. Training at TP 2 follows TP 1; its
+ * checkpoint resumes at (1,4), (2,2) with ZeRO-1 and (1,1), its CRCs are zlib's of the data, and
+ * eval and greedy generate read it at TP 2 as at TP 1. */
+START_TEST(test_uneven_vocab) {
+  double a[64], b[64];
+  const char *V = "--vocab_size 50257";
+  run_layout("va", 1, 1, V, a, 6);
+  run_layout("vb", 1, 2, "--vocab_size 50257 --save-every 3", b, 3);
+  expect_same(a, b, 3, "V 50257 at TP 2 against TP 1");
+  struct { int dp, tp; const char *extra; } lays[] = {{1, 4, ""}, {2, 2, "--zero 1"}, {1, 1, ""}};
+  char args[2048], log[1400], run[1300];
+  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+    snprintf(run, sizeof run, "%s/v%zu_%d%d", OUT, i, lays[i].dp, lays[i].tp);
+    snprintf(log, sizeof log, "%s.log", run);
+    sh("rm -rf %s && mkdir -p %s && cp %s/vb/ckpt-00000003.h5 %s/ && echo ckpt-00000003.h5 > %s/latest && "
+       "cp %s/vb/metrics.jsonl %s/", run, run, OUT, run, run, OUT, run);
+    int np = lays[i].dp * lays[i].tp;
+    snprintf(args, sizeof args, "train %s --data %s --steps 6 --micro-batch %d --tp %d --run-dir %s --resume auto %s %s",
+             COMMON, DATA, 8 / lays[i].dp, lays[i].tp, run, V, lays[i].extra);
+    int rc = gptj(np == 1 ? 0 : np, args, log);
+    if (rc) sh("cat %s >&2", log);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(read_losses(run, b, 64, NULL), 6);
+    expect_same(a, b, 6, run);
+  }
+  ck_assert_int_eq(sh("cd %s && /usr/bin/python3 %s/tests/ckpt-check.py vb/ckpt-00000003.h5 v*_*/ckpt-00000006.h5",
+                      OUT, S_), 0);
+  /* eval and greedy decoding of the TP 2 checkpoint at TP 1 and TP 2 */
+  char out[2][1400];
+  for (int tp = 1; tp <= 2; tp++) {
+    snprintf(out[tp - 1], sizeof out[0], "%s/veval%d.txt", OUT, tp);
+    snprintf(args, sizeof args, "eval --checkpoint %s/vb/ckpt-00000003.h5 --data %s --tp %d --seq-len 32 "
+             "--max-windows 8", OUT, DATA, tp);
+    ck_assert_int_eq(gptj(tp == 1 ? 0 : tp, args, out[tp - 1]), 0);
+    snprintf(args, sizeof args, "generate --checkpoint %s/vb/ckpt-00000003.h5 --tp %d --prompt-ids '464 3290 318' "
+             "--ids --temperature 0 --max-new-tokens 8", OUT, tp);
+    snprintf(log, sizeof log, "%s/vgen%d.txt", OUT, tp);
+    ck_assert_int_eq(gptj(tp == 1 ? 0 : tp, args, log), 0);
+  }
+  ck_assert_msg(sh("a=$(awk '/^nll /{print $2}' %s); b=$(awk '/^nll /{print $2}' %s); "
+                   "test -n \"$a\" && awk -v a=$a -v b=$b 'BEGIN{d=a-b; exit !(d*d <= 1e-10*a*a)}'",
+                   out[0], out[1]) == 0, "eval's NLL at TP 2 differs from TP 1's (by over 1e-5)");
+  ck_assert_msg(sh("cmp -s <(grep -E '^[0-9 ]+$' %s/vgen1.txt) <(grep -E '^[0-9 ]+$' %s/vgen2.txt) && "
+                   "grep -qE '^[0-9 ]+$' %s/vgen1.txt", OUT, OUT, OUT) == 0, "greedy ids at TP 2 differ from TP 1");
+}
+END_TEST
+
 START_TEST(test_damaged_checkpoints) {
   double a[64];
   run_layout("da", 1, 1, "--save-every 2 --keep-checkpoints 5", a, 6);
@@ -373,6 +421,7 @@ int main(void) {
   TU_ADD(s, test_signal_stop, "long", 900);
   TU_ADD(s, test_resume_exact, NULL, 900);
   TU_ADD(s, test_resume_other_windows, NULL, 900);
+  TU_ADD(s, test_uneven_vocab, NULL, 900);
   TU_ADD(s, test_damaged_checkpoints, NULL, 900);
   TU_ADD(s, test_disk_full, NULL, 900);
   TU_ADD(s, test_metrics_full, NULL, 900);

@@ -298,7 +298,7 @@ static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, samp
   double t0 = gj_now(), t_prompt = 0;
   for (; s < max_new && !rc; s++) {
     rc = gj_model_forward_cached(m, ids->v + pos, n, pos);
-    if (!rc) rc = gj_tp_allgather_vocab(m->g, full, m->a.logits, m->Vl);
+    if (!rc) rc = gj_tp_allgather_vocab(m->g, full, m->a.logits, V);
     if (rc) break;
     if (s == 0) t_prompt = gj_now() - t0;
     pos += n, n = 1;

@@ -83,14 +83,18 @@ int gj_ckptshare_slices_crc(gj_grid *g, const gj_tensor *t, uint32_t *slice, uin
   int tp = tp_parts(g, t);
   int64_t units = crc_per_row(g, t) ? t->lrows : 1;
   if (tp > 1) GJ_TRY(gj_allgather_u32(g->tp, slice, (size_t)units));
-  size_t seglen = (size_t)t->lcols * sizeof(float);
   uLong r = 0;
   if (units > 1) { /* global row i is the segments of row i of every TP rank */
-    uLong op = crc32_combine_gen64((z_off64_t)seglen);
+    uLong *op = malloc((size_t)tp * sizeof *op);
+    if (!op) return GJ_FAIL("out of memory");
+    for (int q = 0; q < tp; q++)
+      op[q] = crc32_combine_gen64((z_off64_t)((size_t)gj_split(t->cols, tp, q, NULL) * sizeof(float)));
     for (int64_t i = 0; i < t->lrows; i++)
-      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, slice[q * units + i], op);
-  } else {
-    for (int q = 0; q < tp; q++) r = crc32_combine64(r, slice[q], (z_off64_t)(t->lrows * seglen));
+      for (int q = 0; q < tp; q++) r = crc32_combine_op(r, slice[q * units + i], op[q]);
+    free(op);
+  } else { /* TP rank q's slice: its rows (gj_split: the vocabulary's may differ by one) */
+    for (int q = 0; q < tp; q++)
+      r = crc32_combine64(r, slice[q], (z_off64_t)((size_t)gj_split(t->rows, tp, q, NULL) * t->lcols * sizeof(float)));
   }
   *out = (uint32_t)r;
   return 0;

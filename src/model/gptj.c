@@ -78,7 +78,8 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * only (GJ_FORWARD): the same without the cache, the logits of one block of rows */
   int dec = recompute == GJ_DECODE, fwd = recompute == GJ_FORWARD, nograd = dec || fwd;
   size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
-  size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)(c->vocab_size / tp);
+  /* the largest vocabulary shard (gj_split) */
+  size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)((c->vocab_size + tp - 1) / tp);
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   /* a training model keeps the logits of one block of rows of the vocabulary head only; with
    * a late head gradient (gj_model's late_head) in float32 the d logits of every row, which
@@ -270,8 +271,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   m->Hl = c->n_head / tp;
   m->Dl = m->Hl * gj_config_head_dim(c);
   m->Fl = c->n_inner / tp;
-  m->Vl = c->vocab_size / tp;
-  m->v0 = m->Vl * g->tp_rank;
+  m->Vl = gj_split(c->vocab_size, tp, g->tp_rank, &m->v0);
   m->Bmax = Bmax, m->Tmax = Tmax;
   m->nthreads = omp_get_max_threads();
   size_t np = st->numel_pad;

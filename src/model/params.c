@@ -15,8 +15,8 @@ static int add(gj_layout *l, int cap, const char *name, int ndim, int64_t rows, 
   snprintf(t->name, sizeof t->name, "%s", name);
   t->ndim = ndim, t->rows = rows, t->cols = cols, t->shard = shard, t->init = init;
   t->lrows = rows, t->lcols = cols;
-  if (shard == GJ_SHARD_ROWS) t->lrows = rows / tp, t->row0 = t->lrows * tr;
-  if (shard == GJ_SHARD_COLS) t->lcols = cols / tp, t->col0 = t->lcols * tr;
+  if (shard == GJ_SHARD_ROWS) t->lrows = gj_split(rows, tp, tr, &t->row0);
+  if (shard == GJ_SHARD_COLS) t->lcols = gj_split(cols, tp, tr, &t->col0);
   t->numel = (size_t)t->lrows * t->lcols;
   t->decay = ndim == 2;
   t->offset = l->numel;
@@ -46,8 +46,8 @@ int gj_layout_build(gj_layout *l, const gj_config *c, int tp, int tr) {
     return GJ_FAIL("--tp %d does not divide n_head %lld", tp, (long long)c->n_head);
   if (c->n_inner % tp)
     return GJ_FAIL("--tp %d does not divide n_inner %lld", tp, (long long)c->n_inner);
-  if (c->vocab_size % tp)
-    return GJ_FAIL("--tp %d does not divide the padded vocab_size %lld", tp, (long long)c->vocab_size);
+  if (c->vocab_size < tp) /* the vocabulary's rows are split unevenly, but none may be empty */
+    return GJ_FAIL("--tp %d is larger than vocab_size %lld", tp, (long long)c->vocab_size);
   int cap = gj_layout_count(c->n_layer); /* n_layer <= GJ_MAX_LAYER */
   l->t = calloc(cap, sizeof *l->t);
   if (!l->t) return GJ_FAIL("out of memory building the parameter table");

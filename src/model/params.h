@@ -60,7 +60,7 @@ typedef struct {
 } gj_layout;
 
 /* Pointers into one block (parameters, or gradients) by role. Shapes are this rank's:
- * Dl = D/tp (local heads x head_dim), Fl = F/tp, Vl = V/tp. */
+ * Dl = D/tp (local heads x head_dim), Fl = F/tp, Vl = this rank's vocabulary rows (gj_split). */
 typedef struct {
   float *ln1_w, *ln1_b; /* [D] */
   float *wq, *wk, *wv;  /* [Dl, D] */

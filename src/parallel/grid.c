@@ -58,53 +58,70 @@ int gj_tp_allreduce_max(gj_grid *g, float *buf, size_t n) {
   return gj_allreduce_inplace(g->tp, buf, n, MPI_FLOAT, MPI_MAX);
 }
 
-/* Gather equal contiguous blocks of `each` floats onto rank 0 of comm, in rank order. */
-static int gather_blocks(MPI_Comm comm, float *out, const float *local, size_t each) {
+/* Gather contiguous blocks onto rank 0 of comm, in rank order: rank r's is its part of n
+ * units of `unit` floats (gj_split), at out + first * unit. */
+static int gather_blocks(MPI_Comm comm, float *out, const float *local, int64_t n, size_t unit) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  int64_t first;
+  size_t mine = (size_t)gj_split(n, size, rank, &first) * unit;
   if (rank == 0) {
-    memcpy(out, local, each * sizeof(float));
-    for (int r = 1; r < size; r++)
+    memcpy(out, local, mine * sizeof(float));
+    for (int r = 1; r < size; r++) {
+      size_t each = (size_t)gj_split(n, size, r, &first) * unit;
+      float *to = out + (size_t)first * unit;
       for (size_t off = 0; off < each; off += GJ_CHUNK)
-        GJ_MPI_TRY(MPI_Recv(out + r * each + off, (int)GJ_MIN(GJ_CHUNK, each - off), MPI_FLOAT, r,
-                         7, comm, MPI_STATUS_IGNORE),
-                "MPI_Recv(gather)");
+        GJ_MPI_TRY(MPI_Recv(to + off, (int)GJ_MIN(GJ_CHUNK, each - off), MPI_FLOAT, r, 7, comm,
+                            MPI_STATUS_IGNORE),
+                   "MPI_Recv(gather)");
+    }
   } else {
-    for (size_t off = 0; off < each; off += GJ_CHUNK)
-      GJ_MPI_TRY(MPI_Send(local + off, (int)GJ_MIN(GJ_CHUNK, each - off), MPI_FLOAT, 0, 7, comm),
-              "MPI_Send(gather)");
+    for (size_t off = 0; off < mine; off += GJ_CHUNK)
+      GJ_MPI_TRY(MPI_Send(local + off, (int)GJ_MIN(GJ_CHUNK, mine - off), MPI_FLOAT, 0, 7, comm),
+                 "MPI_Send(gather)");
   }
   return 0;
 }
 
 int gj_tp_gather_rows(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols) {
-  return gather_blocks(g->tp, out, local, (size_t)(rows / g->tp_size) * cols);
+  return gather_blocks(g->tp, out, local, rows, (size_t)cols);
 }
 
 int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols) {
-  int64_t lc = cols / g->tp_size;
-  size_t each = (size_t)rows * lc;
   float *tmp = NULL;
   if (g->tp_rank == 0) {
-    tmp = malloc(each * g->tp_size * sizeof(float));
+    tmp = malloc((size_t)rows * cols * sizeof(float));
     if (!tmp) return GJ_FAIL("out of memory gathering a [%lld, %lld] tensor", (long long)rows, (long long)cols);
   }
-  int rc = gather_blocks(g->tp, tmp, local, each);
+  /* rank r's [rows, lc] block lies at tmp + rows * c0: the blocks of a split of cols columns
+   * in units of rows floats */
+  int rc = gather_blocks(g->tp, tmp, local, cols, (size_t)rows);
   if (!rc && g->tp_rank == 0)
-    for (int r = 0; r < g->tp_size; r++)
+    for (int r = 0; r < g->tp_size; r++) {
+      int64_t c0, lc = gj_split(cols, g->tp_size, r, &c0);
       for (int64_t i = 0; i < rows; i++)
-        memcpy(out + i * cols + r * lc, tmp + r * each + i * lc, lc * sizeof(float));
+        memcpy(out + i * cols + c0, tmp + (size_t)rows * c0 + i * lc, lc * sizeof(float));
+    }
   free(tmp);
   return rc;
 }
 
-int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t Vl) {
-  if (Vl < 0 || Vl > INT_MAX) return GJ_FAIL("internal: vocabulary shard of %lld entries", (long long)Vl);
+int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t V) {
+  if (V < 0 || V > INT_MAX) return GJ_FAIL("internal: vocabulary of %lld entries", (long long)V);
+  int64_t v0, Vl = gj_split(V, g->tp_size, g->tp_rank, &v0);
   if (g->tp_size == 1) {
     if (full != local) memcpy(full, local, (size_t)Vl * sizeof(float));
     return 0;
   }
-  GJ_MPI_TRY(MPI_Allgather(local, (int)Vl, MPI_FLOAT, full, (int)Vl, MPI_FLOAT, g->tp), "MPI_Allgather(vocab)");
+  int *cnt = malloc(2 * (size_t)g->tp_size * sizeof(int)), *dsp = cnt + g->tp_size;
+  if (!cnt) return GJ_FAIL("out of memory");
+  for (int r = 0; r < g->tp_size; r++) {
+    int64_t first;
+    cnt[r] = (int)gj_split(V, g->tp_size, r, &first), dsp[r] = (int)first;
+  }
+  int e = MPI_Allgatherv(local, (int)Vl, MPI_FLOAT, full, cnt, dsp, MPI_FLOAT, g->tp);
+  free(cnt);
+  GJ_MPI_TRY(e, "MPI_Allgatherv(vocab)");
   return 0;
 }

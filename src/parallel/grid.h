@@ -26,7 +26,8 @@ void gj_grid_free(gj_grid *g);
 int gj_tp_allreduce_sum(gj_grid *g, float *buf, size_t n);
 int gj_tp_allreduce_max(gj_grid *g, float *buf, size_t n);
 /* Gather a row-major matrix split over the TP group, onto tp rank 0.
- * Split by rows: each rank holds [rows/tp, cols]. By columns: [rows, cols/tp].
+ * Split by rows: each rank holds its gj_split of the rows, [rows/tp (+1), cols]. By columns:
+ * [rows, cols/tp (+1)].
  * out: [rows, cols] on tp rank 0 (ignored elsewhere). */
 int gj_tp_gather_rows(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
 int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, int64_t cols);
@@ -45,9 +46,9 @@ static inline int gj_tp_reduce_from_region_backward(gj_grid *g, float *dx, size_
 /* The largest value over the TP group and its global index (the smallest index on a tie). */
 int gj_tp_argmax(gj_grid *g, float *v, int64_t *idx);
 
-/* One row of vocab-parallel logits made whole on every TP rank: tp rank r holds local, the
- * columns [r Vl, (r+1) Vl) of the row; full: [V = Vl tp], the same on every TP rank (Megatron's
- * gather_from_tensor_model_parallel_region). A copy when TP is 1. */
-int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t Vl);
+/* One row of vocab-parallel logits made whole on every TP rank: tp rank r holds local, its
+ * columns of the V (gj_split: V / tp, one more on the first V % tp ranks); full: [V], the same
+ * on every TP rank (Megatron's gather_from_tensor_model_parallel_region). A copy when TP is 1. */
+int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t V);
 
 #endif
