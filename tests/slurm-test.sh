@@ -82,11 +82,17 @@ fi
 
 # 2b. a trainer stopped by USR1 before its first step every time (a start-up longer than the
 # job's time before USR1): requeued once, then the job fails saying why instead of requeueing
-# for ever. The stand-in exits 0 at USR1 as gptj does when stopped during its start-up.
+# for ever. The stand-in exits 0 at USR1 as gptj does when stopped during its start-up. Rank 0
+# signals once every rank has set its trap (a rank without it would die by USR1).
 cat > "$work/stall.sh" <<'STUB'
 #!/bin/bash
 trap 'echo "stand-in: stopped before the first step"; exit 0' USR1
-[ "${SLURM_PROCID:-0}" = 0 ] && scancel --signal=USR1 --batch "$SLURM_JOB_ID"
+r=$SLURM_SUBMIT_DIR/stall-ready.$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
+touch "$r.${SLURM_PROCID:-0}"
+if [ "${SLURM_PROCID:-0}" = 0 ]; then
+  for i in $(seq 300); do [ "$(ls "$r".* | wc -l)" -ge "${SLURM_NTASKS:-1}" ] && break; sleep 0.1; done
+  scancel --signal=USR1 --batch "$SLURM_JOB_ID"
+fi
 for i in $(seq 600); do sleep 0.1; done
 exit 1
 STUB

@@ -106,8 +106,12 @@ static int tu_gptj_setup(char *B, char *S, char *M, char *out, char *data, size_
 #define TU_ADD(s, t, tags, timeout) tu_add((s), (t), #t, (tags), (timeout))
 
 /* A shell fragment for sh(): wait (up to 60 s: a trainer's start takes over 10 s when make
- * check's suites load both cores) until the log (the next %s) has a line matching pat. */
-#define WAIT_LOG(pat) "for i in $(seq 1200); do grep -q '" pat "' %s 2>/dev/null && break; sleep 0.05; done; "
+ * check's suites load both cores) until the log (the next %s) has a line matching pat; if it
+ * never comes, kill $p (the process waited for, if the fragment's caller has set it), say so
+ * and exit 96, rather than go on as if it had come. */
+#define WAIT_LOG(pat)                                                                        \
+  "w=%s; for i in $(seq 1200); do grep -q '" pat "' $w 2>/dev/null && break; sleep 0.05; done; " \
+  "grep -q '" pat "' $w 2>/dev/null || { kill $p 2>/dev/null; echo \"gave up after 60 s waiting for '" pat "' in $w\" >&2; exit 96; }; "
 static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout)
     __attribute__((unused));
 static void tu_add(Suite *s, const TTest *t, const char *name, const char *tags, int timeout) {
