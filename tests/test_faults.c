@@ -86,13 +86,17 @@ START_TEST(test_lock) {
     ck_assert(grep(log, sl[i].taken ? "removed a stale lock.*its Slurm job has ended" : "in use by gptj train: pid 1 host elsewhere"));
   }
   sh("rm -f %s/lock", run); /* the last one was respected */
-  /* a short GJ_LOCK_STALE_S: the holder's heartbeat keeps its lock fresh */
+  /* a short GJ_LOCK_STALE_S: the holder's heartbeat keeps its lock fresh. The holder runs on
+   * "another host" (a UTS namespace), whose lock only its age can clear: a live holder of this
+   * host is never stale, whatever its heartbeat does. */
   unlink(log); /* the previous part's: WAIT_LOG must not read it */
-  rc = sh("GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 100000 --run-dir %s --resume auto >%s 2>&1 & p=$!; "
+  rc = sh("unshare --uts sh -c 'hostname gj-elsewhere; exec env GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s "
+          "--steps 100000 --run-dir %s --resume auto' >%s 2>&1 & p=$!; "
           WAIT_LOG("step .*/100000") "sleep 2.5; "
           "GJ_LOCK_STALE_S=1 %s/gptj train %s --data %s --steps 10 --run-dir %s --resume auto >%s 2>&1; e=$?; "
           "kill -USR1 $p; wait $p; [ $e -eq 1 ]", B_, COMMON, DATA, run, log, log, B_, COMMON, DATA, run, log2);
   ck_assert_msg(rc == 0, "a live holder's lock expired");
+  ck_assert(grep(log2, "in use by gptj train: pid [0-9]* host gj-elsewhere"));
   /* the holder creates its lock again when it is removed under it, and stops without saving
    * when another holder's text is in it (GJ_LOCK_STALE_S 5: the heartbeat looks every 1 s and
    * takes the lock again if its last touch was under 2.5 s before; at 1 s that was 0.5 s, which
