@@ -129,7 +129,7 @@ int gj_cmd_plan(int argc, char **argv) {
    * rows (at most the step's tokens) and a byte a row of the shard's vocabulary; ZeRO-1 sums
    * the gradients as much, then all-gathers the updated parameters ((p - 1) / p of them); Vl: the
    * largest vocabulary shard */
-  double Vl = (double)((c.vocab_size + tp - 1) / tp), emb = Vl * c.n_embd * 4;
+  double Vl = (double)gj_split(c.vocab_size, (int)tp, 0, NULL), emb = Vl * c.n_embd * 4;
   double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
   double red_bytes = ring((double)ms.params - emb + rows, (int)dp);
   double ag_bytes = zero ? ring((double)ms.params, (int)dp) / 2 : 0, dp_bytes = red_bytes + ag_bytes;

@@ -31,7 +31,8 @@ double gj_sgemm_rate(int64_t M, int64_t N, int64_t K, double min_seconds) {
 }
 
 double gj_sgemm_model_rate(const gj_config *c, int64_t N, int tp, double sec) {
-  int64_t D = c->n_embd, Dl = D / tp, Fl = c->n_inner / tp, Vl = (c->vocab_size + tp - 1) / tp; /* the largest shard */
+  int64_t D = c->n_embd, Dl = D / tp, Fl = c->n_inner / tp;
+  int64_t Vl = gj_split(c->vocab_size, tp, 0, NULL); /* the largest vocabulary shard, rank 0's */
   struct { int64_t M, Nn, K; double count; } sh[] = {
       {N, Dl, D, 3.0 * c->n_layer}, {N, D, Dl, (double)c->n_layer}, {N, Fl, D, (double)c->n_layer},
       {N, D, Fl, (double)c->n_layer}, {N, Vl, D, 1.0}};
@@ -51,7 +52,7 @@ static double lin(double n, double in, double out) { return n * in + in * out + 
 
 double gj_probe_bytes_estimate(const gj_config *c, int tp, int64_t N, int late_head, int bf16) {
   const double D = (double)c->n_embd, Dl = (double)(c->n_head / tp) * gj_config_head_dim(c);
-  const double Fl = (double)(c->n_inner / tp), Vl = (double)((c->vocab_size + tp - 1) / tp);
+  const double Fl = (double)(c->n_inner / tp), Vl = (double)gj_split(c->vocab_size, tp, 0, NULL);
   const double n = (double)N, R = (double)GJ_MIN(N, GJ_HEAD_ROWS);
   double f = GJ_MAX(GJ_MAX(lin(n, D, Dl), lin(n, Dl, D)), GJ_MAX(lin(n, D, Fl), lin(n, Fl, D)));
   f = GJ_MAX(f, lin(R, D, Vl) + Vl); /* the head's blocks, with the bias row */

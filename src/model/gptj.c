@@ -78,8 +78,8 @@ static void act_list(gj_acts *a, act_item *fl, const gj_config *c, int tp, int r
    * only (GJ_FORWARD): the same without the cache, the logits of one block of rows */
   int dec = recompute == GJ_DECODE, fwd = recompute == GJ_FORWARD, nograd = dec || fwd;
   size_t Hl = (size_t)(c->n_head / tp), Dl = Hl * (size_t)gj_config_head_dim(c);
-  /* the largest vocabulary shard (gj_split) */
-  size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)((c->vocab_size + tp - 1) / tp);
+  /* the largest vocabulary shard: TP rank 0's (gj_split) */
+  size_t Fl = (size_t)(c->n_inner / tp), Vl = (size_t)gj_split(c->vocab_size, tp, 0, NULL);
   int bf = gj_gemm_precision() == GJ_PREC_BF16;
   /* a training model keeps the logits of one block of rows of the vocabulary head only; with
    * a late head gradient (gj_model's late_head) in float32 the d logits of every row, which

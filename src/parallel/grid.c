@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "parallel/gather.h"
 
 int gj_grid_init(gj_grid *g, int tp) {
   memset(g, 0, sizeof *g);
@@ -108,20 +109,20 @@ int gj_tp_gather_cols(gj_grid *g, float *out, const float *local, int64_t rows, 
 }
 
 int gj_tp_allgather_vocab(gj_grid *g, float *full, const float *local, int64_t V) {
-  if (V < 0 || V > INT_MAX) return GJ_FAIL("internal: vocabulary of %lld entries", (long long)V);
+  if (V < 0) return GJ_FAIL("internal: vocabulary of %lld entries", (long long)V);
   int64_t v0, Vl = gj_split(V, g->tp_size, g->tp_rank, &v0);
   if (g->tp_size == 1) {
     if (full != local) memcpy(full, local, (size_t)Vl * sizeof(float));
     return 0;
   }
-  int *cnt = malloc(2 * (size_t)g->tp_size * sizeof(int)), *dsp = cnt + g->tp_size;
+  size_t *cnt = malloc(2 * (size_t)g->tp_size * sizeof(size_t)), *dsp = cnt + g->tp_size;
   if (!cnt) return GJ_FAIL("out of memory");
   for (int r = 0; r < g->tp_size; r++) {
     int64_t first;
-    cnt[r] = (int)gj_split(V, g->tp_size, r, &first), dsp[r] = (int)first;
+    cnt[r] = (size_t)gj_split(V, g->tp_size, r, &first), dsp[r] = (size_t)first;
   }
-  int e = MPI_Allgatherv(local, (int)Vl, MPI_FLOAT, full, cnt, dsp, MPI_FLOAT, g->tp);
+  memcpy(full + v0, local, (size_t)Vl * sizeof(float));
+  int rc = gj_allgatherv_f32(g->tp, full, cnt, dsp);
   free(cnt);
-  GJ_MPI_TRY(e, "MPI_Allgatherv(vocab)");
-  return 0;
+  return rc;
 }
