@@ -23,6 +23,7 @@
 #include "model/generate.h"
 #include "model/gptj.h"
 #include "optim/adamw.h"
+#include "parallel/comm.h"
 #include "parallel/grid.h"
 #include "train/step.h"
 
@@ -268,6 +269,7 @@ static int run(int argc, char **argv, gj_grid *g) {
 
 int main(int argc, char **argv) {
   gj_blas_select_kernel(argv);
+  gj_comm_before_init(); /* the MPI settings gptj runs with */
   MPI_Init(&argc, &argv);
   gj_grid g;
   memset(&g, 0, sizeof g);

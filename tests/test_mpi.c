@@ -18,6 +18,7 @@
 #include "train/evaluate.h"
 #include "model/generate.h"
 #include "model/gptj.h"
+#include "parallel/comm.h"
 #include "parallel/grid.h"
 #include "train/step.h"
 #include "testutil.h"
@@ -956,6 +957,45 @@ START_TEST(test_dp_gather) {
 }
 END_TEST
 
+/* The DP gradient sum (gj_dp_ready as backward reports its parts, top down, then
+ * gj_dp_finish): every float is the exact sum over the DP ranks (integer values), on every rank,
+ * whatever the pieces: buckets of 7 floats and parts of 1 to 40 floats, so that pieces shorter
+ * than the ranks (which libnbc's Rabenseifner algorithm, gj_comm_before_init, hands to its ring)
+ * and pieces joined across parts are summed too. At DP = the world and, on 4 ranks, at DP 2
+ * twice at once (TP 2); two steps in a row (libnbc may reuse a schedule). */
+START_TEST(test_dp_sum) {
+  int tps[2] = {1, world_size == 4 ? 2 : 0};
+  const size_t bound[] = {0, 1, 4, 9, 22, 62, 63, 70};
+  const int parts = (int)(sizeof bound / sizeof *bound) - 1;
+  const size_t n = bound[parts];
+  for (int ti = 0; ti < 2; ti++) {
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    float *grads = malloc(n * sizeof(float));
+    gj_dp_sync s;
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7), 0);
+    const double rsum = g.dp_size * (g.dp_size + 1) / 2.0; /* sum of (dp_rank + 1) */
+    int bad = 0, rcs = 0;
+    for (int step = 0; step < 2; step++) {
+      const float base = (float)(100 * step + 1000 * g.tp_rank);
+      for (size_t i = 0; i < n; i++) grads[i] = (base + (float)i) * (float)(g.dp_rank + 1);
+      gj_dp_begin(&s);
+      for (int k = parts - 1; k >= 0; k--) rcs |= gj_dp_ready(&s, bound[k], bound[k + 1], grads + bound[k]);
+      rcs |= gj_dp_finish(&s);
+      for (size_t i = 0; i < n; i++) bad += grads[i] != (float)((base + (double)i) * rsum);
+    }
+    gj_dp_free(&s);
+    free(grads);
+    gj_grid_free(&g);
+    int fails[2] = {rcs != 0, bad}; /* every rank's, reported by rank 0 */
+    MPI_Allreduce(MPI_IN_PLACE, fails, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ck_assert_int_eq(fails[0], 0);
+    ck_assert_msg(fails[1] == 0, "tp %d: %d floats not the DP sum", tps[ti], fails[1]);
+  }
+}
+END_TEST
+
 /* The vocab all-gather equals the column gather onto tp rank 0 and the known row, at TP = the
  * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. V is
  * 37 tp + tp - 1: TP does not divide it, the first tp - 1 ranks hold 38 entries, the last 37. */
@@ -1021,6 +1061,7 @@ static void gemm_default(void) {
 }
 
 int main(int argc, char **argv) {
+  gj_comm_before_init(); /* the MPI settings gptj runs with */
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -1047,6 +1088,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_gather_ordered);
   tcase_add_test(tc, test_allgather_vocab);
   tcase_add_test(tc, test_dp_gather);
+  tcase_add_test(tc, test_dp_sum);
   tcase_add_test(tc, test_tp_argmax);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
