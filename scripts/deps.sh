@@ -2,7 +2,7 @@
 # Does nothing when they are all present.
 GJ_PACKAGES="build-essential autoconf automake pkg-config libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev libdnnl-dev libhdf5-openmpi-dev hdf5-tools zlib1g-dev libzstd-dev check libpcre2-dev
-  libjansson-dev procps gnuplot-nox clang libclang-rt-14-dev valgrind python3-h5py python3-numpy"
+  libjansson-dev procps gnuplot-nox clang libclang-rt-14-dev valgrind python3-h5py python3-numpy iproute2"
 
 gj_install_deps() {
   local missing=()
