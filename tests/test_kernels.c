@@ -308,6 +308,32 @@ START_TEST(test_linear_bf16) {
 }
 END_TEST
 
+/* gj_bf16_rounded (the vectorized rounding of bf16 on the FMA units) gives the bits of
+ * gj_f32_to_bf16 widened back, on every high half-word (signs, exponents: zero, subnormal,
+ * normal, infinity, NaN) with low half-words at and around the ties, their extremes and a few
+ * others; and as a vectorized loop, as it runs. */
+START_TEST(test_bf16_rounded) {
+  const uint32_t lows[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xbeef};
+  const int nl = (int)(sizeof lows / sizeof *lows);
+  const int64_t n = (int64_t)65536 * nl;
+  float *x = tu_falloc(n), *y = tu_falloc(n);
+  for (int64_t i = 0; i < n; i++) {
+    union { uint32_t u; float f; } v = {((uint32_t)(i / nl) << 16) | lows[i % nl]};
+    x[i] = v.f;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) y[i] = gj_bf16_rounded(x[i]);
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; i++) {
+    float r = gj_bf16_to_f32(gj_f32_to_bf16(x[i])), one = gj_bf16_rounded(x[i]);
+    if (memcmp(&r, &y[i], 4) || memcmp(&r, &one, 4)) bad++, first = first < 0 ? i : first;
+  }
+  ck_assert_msg(bad == 0, "%lld of %lld differ, the first at input bits %08x", (long long)bad, (long long)n,
+                first < 0 ? 0u : ((unsigned)(first / nl) << 16) | lows[first % nl]);
+  free(x), free(y);
+}
+END_TEST
+
 /* bf16 on the FMA units, a few rows (decoding's one token) times a weight read as its rows
  * (C = A B^T, up to 8 rows): each row of B read once in its own type. Against the
  * double-precision products of the bf16 operands to float32 accumulation accuracy, over K
@@ -1133,6 +1159,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_backends);
   tcase_add_test(tc, test_linear_bf16);
   tcase_add_test(tc, test_gemm_bf16_pieces);
+  tcase_add_test(tc, test_bf16_rounded);
   tcase_add_test(tc, test_gemm_bf16_rows);
   tcase_add_test(tc, test_gemm_replay);
   tcase_add_test(tc, test_peak_ceiling);

@@ -440,7 +440,8 @@ static void to_f32_generic(float *d, const float *x, const gj_bf16 *xh, int64_t 
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) d[i] = gj_bf16_to_f32(xh[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) d[i] = gj_bf16_to_f32(gj_f32_to_bf16(x[i]));
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) d[i] = gj_bf16_rounded(x[i]);
   }
 }
 

@@ -110,6 +110,17 @@ static inline gj_bf16 gj_f32_to_bf16(float f) {
   if ((x.u & 0x7f800000u) == 0) return (gj_bf16)((x.u >> 16) & 0x8000); /* subnormal: as VCVTNEPS2BF16 */
   return (gj_bf16)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
 }
+/* gj_bf16_to_f32(gj_f32_to_bf16(f)), the same bits, without branches: selects, which a
+ * vectorized loop does as blends (8 at a time with AVX2). */
+static inline float gj_bf16_rounded(float f) {
+  union { float f; uint32_t u; } x = {f};
+  const uint32_t u = x.u;
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;                   /* subnormal: signed zero */
+  r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u : r; /* NaN stays NaN */
+  union { uint32_t u; float f; } y = {r};
+  return y.f;
+}
 
 /* Shape recording: while on, every product's kind and shape is counted (and whether it ran
  * inside a parallel region). gj_gemm_recorded_rate then times each recorded shape alone, with
