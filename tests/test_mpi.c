@@ -926,6 +926,15 @@ START_TEST(test_gather_ordered) {
 }
 END_TEST
 
+/* A DP case's outcome on every rank, asserted by rank 0: no call failed (rcs: this rank's
+ * failed calls), no float wrong (bad: this rank's wrong floats). */
+static void dp_verdict(int rcs, int bad, int tp, const char *what) {
+  int fails[2] = {rcs != 0, bad};
+  MPI_Allreduce(MPI_IN_PLACE, fails, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  ck_assert_int_eq(fails[0], 0);
+  ck_assert_msg(fails[1] == 0, "tp %d: %d floats %s", tp, fails[1], what);
+}
+
 /* ZeRO-1's all-gather of the updated parameters: every float holds its owner's value, whatever
  * the pieces (a bucket of 7 floats, ranges of 23: pieces cut at the ranges' ends), at DP = the
  * world and, on 4 ranks, at DP 2 twice at once (TP 2); twice in a row. */
@@ -949,10 +958,7 @@ START_TEST(test_dp_gather) {
     gj_dp_free(&s);
     free(buf), free(grads);
     gj_grid_free(&g);
-    int fails[2] = {rcs != 0, bad}; /* every rank's, reported by rank 0 */
-    MPI_Allreduce(MPI_IN_PLACE, fails, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    ck_assert_int_eq(fails[0], 0);
-    ck_assert_msg(fails[1] == 0, "tp %d: %d floats not their owner's after the all-gather", tps[ti], fails[1]);
+    dp_verdict(rcs, bad, tps[ti], "not their owner's after the all-gather");
   }
 }
 END_TEST
@@ -988,10 +994,7 @@ START_TEST(test_dp_sum) {
     gj_dp_free(&s);
     free(grads);
     gj_grid_free(&g);
-    int fails[2] = {rcs != 0, bad}; /* every rank's, reported by rank 0 */
-    MPI_Allreduce(MPI_IN_PLACE, fails, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    ck_assert_int_eq(fails[0], 0);
-    ck_assert_msg(fails[1] == 0, "tp %d: %d floats not the DP sum", tps[ti], fails[1]);
+    dp_verdict(rcs, bad, tps[ti], "not the DP sum");
   }
 }
 END_TEST
