@@ -259,7 +259,7 @@ static void run_steps(int tp, int zero, int64_t A, int64_t B, int vocab, int row
   gj_adamw_defaults(&hp);
   if (clip > 0) hp.grad_clip = clip;
   gj_trainer tr;
-  ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f), 0);
+  ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f, 0), 0);
   step_batch sb = {A, B, T, g.dp_rank, vocab};
   for (int s = 0; s < 3; s++) {
     gj_step_in in = {s + 1, s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
@@ -328,7 +328,7 @@ START_TEST(test_huge_gradient_tp) {
     gj_adamw_defaults(&hp);
     hp.grad_clip = 0;
     gj_trainer tr;
-    ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 0.0f), 0);
+    ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 0.0f, 0), 0);
     step_batch sb = {1, B, T, g.dp_rank, (int)c.vocab_size};
     gj_step_in in = {1, 1, 1e-3, 1, B, T, 4.0 * T, step_fill, &sb, 0};
     gj_step_out out;
@@ -947,7 +947,7 @@ START_TEST(test_dp_gather) {
     const size_t P = 23, n = P * (size_t)g.dp_size;
     float *buf = malloc(n * sizeof(float)), *grads = calloc(n, sizeof(float));
     gj_dp_sync s;
-    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7), 0);
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7, 0), 0);
     int bad = 0, rcs = 0;
     for (int round = 0; round < 2; round++) {
       const float tag = (float)(1000 * (round + 1) + 100 * g.tp_rank);
@@ -980,7 +980,7 @@ START_TEST(test_dp_sum) {
     ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
     float *grads = malloc(n * sizeof(float));
     gj_dp_sync s;
-    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7), 0);
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7, 0), 0);
     const double rsum = g.dp_size * (g.dp_size + 1) / 2.0; /* sum of (dp_rank + 1) */
     int bad = 0, rcs = 0;
     for (int step = 0; step < 2; step++) {
@@ -995,6 +995,97 @@ START_TEST(test_dp_sum) {
     free(grads);
     gj_grid_free(&g);
     dp_verdict(rcs, bad, tps[ti], "not the DP sum");
+  }
+}
+END_TEST
+
+/* A gradient value of rank r for element i at a step: sign, 24 mantissa bits and an exponent
+ * in [-12, 11] from a hash, so that no value is a bfloat16 and the sums carry and cancel. */
+static float dp_val(size_t i, int r, int step) {
+  uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 1) * 2246822519u ^ (uint32_t)step * 3266489917u;
+  h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+  float m = 1.0f + (float)(h & 0xffffff) / 16777216.0f;
+  return ldexpf(h >> 31 ? -m : m, (int)((h >> 24) % 24) - 12);
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* --grad-reduce bf16: the DP sum travels in bfloat16 (each rank's gradient rounded to it,
+ * every partial sum rounded to it), through both doors (gj_dp_ready/gj_dp_finish as backward
+ * reports its parts, and gj_dp_sum, the optimizer in backward's), on buckets of 7 floats and the
+ * parts of test_dp_sum. Every result is a bfloat16 value, the same bits on every rank, and:
+ * at DP 2, bf16(bf16(a) + bf16(b)) exactly (the sum of the two in float32, rounded: the
+ * reduction's definition, whichever rank adds); at any DP within (DP - 1) u of the sum of the
+ * rounded terms' magnitudes (one rounding per addition, u = 2^-8 for bfloat16's 8 significant
+ * bits). A NaN on one rank is NaN everywhere, an infinity stays infinite, x and -x cancel to 0.
+ * With the embedding's range given (its first 10 floats, not a whole number of buckets, held
+ * whole as under the optimizer in backward), that range is summed in float32 (at DP 2 a + b
+ * exactly, else within (DP - 1) 2^-24 of the magnitudes) and the rest in bf16. */
+START_TEST(test_dp_sum_bf16) {
+  int tps[2] = {1, world_size == 4 ? 2 : 0};
+  const size_t bound[] = {0, 1, 4, 9, 22, 62, 63, 70};
+  const int parts = (int)(sizeof bound / sizeof *bound) - 1;
+  const size_t n = bound[parts];
+  enum { NAN_AT = 5, INF_AT = 6, ZERO_AT = 7, CANCEL_AT = 8 };
+  for (int run = 0; run < 4; run++) {
+    const int ti = run / 2;
+    const size_t emb = run % 2 ? 10 : 0;
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    const int p = g.dp_size;
+    float *grads = malloc(n * sizeof(float));
+    uint32_t *lo = malloc(n * sizeof(uint32_t)), *hi = malloc(n * sizeof(uint32_t));
+    gj_dp_sync s;
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, emb, 7, 1), 0);
+    int bad = 0, rcs = 0;
+    for (int step = 0; step < 4; step++) {
+      const int blocking = step >= 2;
+      for (size_t i = 0; i < n; i++) grads[i] = dp_val(i, g.dp_rank, step + 10 * g.tp_rank);
+      if (g.dp_rank == 0) grads[NAN_AT] = NAN, grads[INF_AT] = INFINITY;
+      grads[ZERO_AT] = 0;
+      grads[CANCEL_AT] = g.dp_rank % 2 ? -dp_val(CANCEL_AT, 0, step) : dp_val(CANCEL_AT, 0, step);
+      if (blocking) {
+        rcs |= gj_dp_sum(&s, grads, 0, 3); /* pieces: one within the embedding, one across it */
+        rcs |= gj_dp_sum(&s, grads + 3, 3, n - 3);
+      } else {
+        gj_dp_begin(&s);
+        for (int k = parts - 1; k >= 0; k--) rcs |= gj_dp_ready(&s, bound[k], bound[k + 1], grads + bound[k]);
+        rcs |= gj_dp_finish(&s);
+      }
+      for (size_t i = 0; i < n; i++) {
+        const int f32 = i < emb;
+        float t[4] = {0};
+        double exact = 0, mag = 0;
+        for (int r = 0; r < p; r++) {
+          const float v = dp_val(i, r, step + 10 * g.tp_rank);
+          t[r & 3] = f32 ? v : gj_bf16_rounded(v);
+          exact += t[r & 3], mag += fabs(t[r & 3]);
+        }
+        const float got = grads[i];
+        int ok = f32 || (f32_bits(got) & 0xffffu) == 0 || isnan(got);
+        if (i == NAN_AT) ok = ok && isnan(got);
+        else if (i == INF_AT) ok = ok && isinf(got) && got > 0;
+        else if (i == ZERO_AT || (i == CANCEL_AT && p % 2 == 0)) ok = ok && got == 0;
+        else if (i == CANCEL_AT) ok = ok && isfinite(got);
+        else if (p == 2) ok = ok && f32_bits(got) == f32_bits(f32 ? t[0] + t[1] : gj_bf16_rounded(t[0] + t[1]));
+        else ok = ok && fabs(got - exact) <= 1.001 * (p - 1) * mag / (f32 ? 16777216.0 : 256.0);
+        bad += !ok;
+        lo[i] = hi[i] = f32_bits(got);
+      }
+      /* the same bits on every rank of the DP group */
+      MPI_Allreduce(MPI_IN_PLACE, lo, (int)n, MPI_UINT32_T, MPI_MIN, g.dp);
+      MPI_Allreduce(MPI_IN_PLACE, hi, (int)n, MPI_UINT32_T, MPI_MAX, g.dp);
+      for (size_t i = 0; i < n; i++) bad += lo[i] != hi[i];
+    }
+    gj_dp_free(&s);
+    free(grads), free(lo), free(hi);
+    gj_grid_free(&g);
+    dp_verdict(rcs, bad, tps[ti], emb ? "not the DP sum (float32 below 10, bf16 above)" : "not the bf16 DP sum");
   }
 }
 END_TEST
@@ -1092,6 +1183,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_allgather_vocab);
   tcase_add_test(tc, test_dp_gather);
   tcase_add_test(tc, test_dp_sum);
+  tcase_add_test(tc, test_dp_sum_bf16);
   tcase_add_test(tc, test_tp_argmax);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -71,6 +71,21 @@ START_TEST(test_layouts) {
     run_layout(name, lay[i].dp, lay[i].tp, lay[i].extra, got, 20);
     expect_same(ref, got, 20, name);
   }
+  /* --grad-reduce bf16 (the DP sums in bfloat16): within bf16's bound of the float32 run (as
+   * bf16 precision, test_bf16), and not the same run: the option takes effect, and is recorded */
+  struct { int dp, tp; const char *extra; } bl[] = {
+      {4, 1, "--grad-reduce bf16"}, {2, 2, "--grad-reduce bf16 --zero 1"}};
+  for (size_t i = 0; i < sizeof bl / sizeof bl[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "lb%d%d_%zu", bl[i].dp, bl[i].tp, i);
+    run_layout(name, bl[i].dp, bl[i].tp, bl[i].extra, got, 20);
+    expect_close(ref, got, 0, 20, name);
+    int same = 1;
+    for (int k = 1; k < 20; k++) same &= got[k] == ref[k];
+    ck_assert_msg(!same, "%s: the losses of the float32 sums", name);
+    ck_assert_int_eq(sh("grep -q '^grad-reduce = bf16$' %s/%s/config.conf && grep -q 'gradients summed over DP in bf16' %s/%s.log",
+                        OUT, name, OUT, name), 0);
+  }
 }
 END_TEST
 
@@ -199,13 +214,16 @@ START_TEST(test_probe_memory) {
 END_TEST
 
 /* The optimizer in backward (--optimizer-in-backward 1, --clip 0) equals the ordinary step
- * without clipping bit for bit: at (1,1) with bf16 and two micro-batches a step, and at (2,2);
+ * without clipping bit for bit: at (1,1) with bf16 and two micro-batches a step, and at (2,2),
+ * also with the DP sums in bf16 (at DP 2 each element's sum is one rounded addition, whichever
+ * door and algorithm adds);
  * the parameters and both moments of the head, a layer and the embedding are identical. A NaN
  * injected into the gradients skips the step whole, as the ordinary step does. */
 START_TEST(test_optimizer_in_backward) {
   struct { int dp, tp; const char *extra; } lay[] = {
       {1, 1, "--clip 0 --grad-accum 2 --micro-batch 4"}, /* with tu_bf16() */
       {2, 2, "--clip 0"},
+      {2, 2, "--clip 0 --grad-reduce bf16"},
       {1, 1, "--clip 0 --debug-nan-step 3"}};
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
     double a[64], b[64];

@@ -46,7 +46,7 @@ static double mem_rate(int threads) {
 int gj_cmd_plan(int argc, char **argv) {
   int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 0, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
-  const char *prec = "fp32", *gemm = "auto";
+  const char *prec = "fp32", *gemm = "auto", *grad_reduce = "fp32";
   gj_opt table[] = {
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP "; the activations are sized and the GEMM rate measured for it", 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
@@ -57,6 +57,7 @@ int gj_cmd_plan(int argc, char **argv) {
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
       {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered after "
        "the update, not overlapped)", 0, 1},
+      {"grad-reduce", GJ_OPT_STR, &grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
        "resident with --grad-accum 1; the DP reduction is then not overlapped)", 0, 1},
@@ -104,6 +105,8 @@ int gj_cmd_plan(int argc, char **argv) {
     return GJ_FAIL("--micro-batch %lld x --seq-len %lld x --grad-accum %lld x --dp %lld = %.3g tokens "
                    "per step, more than 2^62", (long long)B, (long long)T, (long long)A, (long long)dp, tokens);
   GJ_TRY(gj_oib_check(oib, 0, zero));
+  int grad_bf16;
+  GJ_TRY(gj_grad_reduce_parse(grad_reduce, &grad_bf16));
   gj_mem_sizes ms;
   const int mode = gj_train_mode((int)oib, A); /* as train's */
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
@@ -131,7 +134,9 @@ int gj_cmd_plan(int argc, char **argv) {
    * largest vocabulary shard */
   double Vl = (double)gj_split(c.vocab_size, (int)tp, 0, NULL), emb = Vl * c.n_embd * 4;
   double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
-  double red_bytes = ring((double)ms.params - emb + rows, (int)dp);
+  /* --grad-reduce bf16: 2 bytes an element but for the embedding's gradient */
+  const double gsize = grad_bf16 ? 0.5 : 1;
+  double red_bytes = ring(((double)ms.params - emb) * gsize + rows, (int)dp);
   double ag_bytes = zero ? ring((double)ms.params, (int)dp) / 2 : 0, dp_bytes = red_bytes + ag_bytes;
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   omp_set_num_threads((int)threads); /* the GEMM rate on --threads threads, as the bandwidth */
@@ -149,14 +154,14 @@ int gj_cmd_plan(int argc, char **argv) {
   double opt_bytes = 28.0 * share + 8.0 * p_floats, t_opt = opt_bytes / mrate;
   /* DP buckets are reduced while the last micro-batch's backward (about 2/3 of its compute)
    * runs; what is left, and at least the last bucket, is exposed. */
-  double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params);
+  double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params) * gsize;
   double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
   double t_dp_exposed = dp > 1 ? GJ_MAX(t_red - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
   /* each part's reduction waited for before its update */
   if (oib && dp > 1) t_dp_exposed = t_red;
   /* a late head gradient is final after the rest of backward: its reduction is exposed */
   if (ms.late_head && dp > 1)
-    t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4, (int)dp) / (net * 1e9));
+    t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4 * gsize, (int)dp) / (net * 1e9));
   t_dp_exposed = GJ_MIN(t_dp_exposed, t_red); /* a bucket or the head can be more than what is sent */
   t_dp_exposed += t_ag;                       /* ZeRO-1's all-gather, after the update */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
@@ -187,8 +192,9 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("per step:\n");
   printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
          recompute ? ", plus the recomputed forward" : "");
-  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s)\n",
-         tp_bytes, dp_bytes, zero ? ", and the updated parameters' all-gather" : "");
+  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s%s)\n",
+         tp_bytes, dp_bytes, grad_bf16 ? " in bf16 but the embedding's" : "",
+         zero ? ", and the updated parameters' all-gather" : "");
   printf("time per step (estimate):\n");
   printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s%s)\n", t_comp, rate / 1e9,
          sgemm_g > 0 ? "given" : "measured here on the model's shapes: ", sgemm_g > 0 ? "" : gj_gemm_describe());

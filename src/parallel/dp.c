@@ -4,12 +4,48 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/gemm.h"
+
+/* ---- bfloat16 sums ---- */
+
+/* The MPI reduction: io[i] = bf16(in[i] + io[i]), the float32 sum of the two widened values
+ * rounded to nearest even (exact before the rounding unless their exponents differ by more
+ * than 16). Commutative, so libnbc may run its Rabenseifner all-reduce on it. */
+static void bf16_sum(void *in, void *io, int *len, MPI_Datatype *t) {
+  (void)t;
+  const gj_bf16 *a = in;
+  gj_bf16 *b = io;
+  const int n = *len;
+#pragma omp simd
+  for (int i = 0; i < n; i++) b[i] = gj_f32_to_bf16(gj_bf16_to_f32(a[i]) + gj_bf16_to_f32(b[i]));
+}
+
+enum { STAGE_PIECE = 1 << 16 }; /* floats a thread converts at a time */
+
+/* x[0, n) (n <= the bucket) rounded to bfloat16 into x's first 2 n bytes: all of it is read
+ * into the staging buffer before any of it is written. */
+static void pack_bf16(gj_dp_sync *s, float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < n; c += STAGE_PIECE) gj_bf16_round(s->stage + c, x + c, GJ_MIN((size_t)STAGE_PIECE, n - c));
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < n; c += STAGE_PIECE)
+    memcpy((char *)x + 2 * c, s->stage + c, 2 * GJ_MIN((size_t)STAGE_PIECE, n - c));
+}
+
+/* The reverse: the n bfloat16 values in x's first 2 n bytes widened into x[0, n). */
+static void unpack_bf16(gj_dp_sync *s, float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < n; c += STAGE_PIECE)
+    memcpy(s->stage + c, (const char *)x + 2 * c, 2 * GJ_MIN((size_t)STAGE_PIECE, n - c));
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] = gj_bf16_to_f32(s->stage[i]);
+}
 
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
-               size_t bucket_floats) {
+               size_t bucket_floats, int bf16) {
   memset(s, 0, sizeof *s);
   s->g = g, s->grads = grads, s->n = n;
-  s->rows = rows, s->skip = rows ? skip : 0;
+  s->rows = rows, s->skip = rows ? skip : 0, s->f32_below = skip;
   s->bucket = bucket_floats ? bucket_floats : GJ_DP_BUCKET_FLOATS;
   /* a posted range of L >= bucket floats takes ceil(L / bucket) <= 2 L / bucket requests; the
    * shorter ones (the last, a range not adjacent to the one before) one each */
@@ -18,10 +54,23 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
   /* the pieces of the all-gather: ceil(P / bucket) <= P / bucket + 1 per rank */
   s->gcap = (int)(n / s->bucket + (size_t)g->dp_size + 1);
   s->greq = malloc(s->gcap * sizeof(MPI_Request));
-  return s->req && s->greq ? 0 : GJ_FAIL("out of memory");
+  if (!s->req || !s->greq) return GJ_FAIL("out of memory");
+  if (!bf16 || g->dp_size == 1) return 0;
+  s->bf16 = 1;
+  s->rng = malloc(2 * s->cap * sizeof(size_t));
+  s->stage = malloc(s->bucket * sizeof(uint16_t));
+  if (!s->rng || !s->stage) return GJ_FAIL("out of memory for the bf16 gradient reduction");
+  GJ_MPI_TRY(MPI_Op_create(bf16_sum, 1, &s->op), "MPI_Op_create(bf16 sum)");
+  s->op_made = 1;
+  return 0;
 }
 
-void gj_dp_free(gj_dp_sync *s) { free(s->req), free(s->greq); }
+void gj_dp_free(gj_dp_sync *s) {
+  free(s->req), free(s->greq), free(s->rng), free(s->stage);
+  if (s->op_made) MPI_Op_free(&s->op); /* a zeroed gj_dp_sync (never initialised) has none */
+  s->op_made = 0;
+  s->req = s->greq = NULL, s->rng = NULL, s->stage = NULL;
+}
 
 void gj_dp_begin(gj_dp_sync *s) {
   s->lo = s->hi = s->done = 0;
@@ -34,11 +83,21 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
   lo = GJ_MAX(lo, s->skip); /* rows: summed by rows_allreduce */
   for (size_t b = hi; b > lo;) {
     size_t a = b - lo > s->bucket ? b - s->bucket : lo;
+    if (s->bf16 && a < s->f32_below && s->f32_below < b) a = s->f32_below; /* bf16 above, float32 below */
     if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
-    GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
-                              &s->req[s->nreq++]),
-               "MPI_Iallreduce(gradients)");
-    s->bytes += (double)(b - a) * sizeof(float);
+    const int h = s->bf16 && a >= s->f32_below;
+    if (s->bf16) s->rng[2 * s->nreq] = a, s->rng[2 * s->nreq + 1] = b;
+    if (h) {
+      pack_bf16(s, s->grads + a, b - a);
+      GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_UINT16_T, s->op, s->g->dp,
+                                &s->req[s->nreq++]),
+                 "MPI_Iallreduce(gradients, bf16)");
+    } else {
+      GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
+                                &s->req[s->nreq++]),
+                 "MPI_Iallreduce(gradients)");
+    }
+    s->bytes += (double)(b - a) * (h ? 2 : sizeof(float));
     b = a;
   }
   return 0;
@@ -88,11 +147,30 @@ int gj_dp_finish(gj_dp_sync *s) {
   }
   double t0 = gj_now();
   int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
+  const int nreq = s->nreq;
   s->nreq = 0;
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
+  if (s->bf16)
+    for (int r = 0; r < nreq; r++)
+      if (s->rng[2 * r] >= s->f32_below) unpack_bf16(s, s->grads + s->rng[2 * r], s->rng[2 * r + 1] - s->rng[2 * r]);
   rc = rows_allreduce(s);
   s->wait_s = gj_now() - t0;
   return rc;
+}
+
+int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n) {
+  if (s->g->dp_size == 1) return 0;
+  /* float32: all of it, or the part of it below f32_below */
+  size_t off = !s->bf16 ? n : lo >= s->f32_below ? 0 : GJ_MIN(n, s->f32_below - lo);
+  GJ_TRY(gj_allreduce_inplace(s->g->dp, g, off, MPI_FLOAT, MPI_SUM));
+  for (; off < n; off += s->bucket) {
+    size_t m = GJ_MIN(s->bucket, n - off);
+    pack_bf16(s, g + off, m);
+    GJ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, g + off, (int)m, MPI_UINT16_T, s->op, s->g->dp),
+               "MPI_Allreduce(gradients, bf16)");
+    unpack_bf16(s, g + off, m);
+  }
+  return 0;
 }
 
 /* Each rank's range goes as pieces of at most a bucket, each broadcast in place by its owner

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/rowgrad.h"
 #include "parallel/grid.h"
@@ -26,14 +27,26 @@ typedef struct {
   size_t skip;
   MPI_Request *greq; /* ZeRO-1's all-gather: one a piece */
   int gcap;
+  int bf16;          /* --grad-reduce bf16: each bucket is rounded to bfloat16 into the first half
+                      * of its own bytes, summed so (every partial sum rounded to bfloat16) and
+                      * widened back in place when it is waited for */
+  size_t f32_below;  /* bf16: the block's [0, f32_below), the embedding, is summed in float32 */
+  size_t *rng;       /* bf16: [lo, hi) of each request's bucket */
+  uint16_t *stage;   /* bf16: a bucket of staging (the in-place rounding and widening) */
+  MPI_Op op;         /* bf16: the sum of bfloat16 values, made if op_made */
+  int op_made;
 } gj_dp_sync;
 
 #define GJ_DP_BUCKET_FLOATS ((size_t)1 << 22) /* 16 MB, the default bucket */
 
-/* rows (or NULL): the gradients of the block's [0, skip) are held as rows. bucket_floats 0: the
- * default. */
+/* The block's [0, skip) is the embedding's gradient; rows (or NULL): it is held as rows.
+ * bucket_floats 0: the default. bf16: the sums go over the network in bfloat16 (half the
+ * bytes; each rank's gradient and every partial sum rounded to bfloat16, nearest even), as
+ * Megatron-LM's --grad-reduce-in-bf16 and PyTorch DDP's bf16_compress_hook do, but for the
+ * embedding's, which stays float32 (as rows it is small; so the optimizer in backward, which
+ * holds it whole, sums the same values). Every rank ends with the same bits either way. */
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
-               size_t bucket_floats);
+               size_t bucket_floats, int bf16);
 void gj_dp_free(gj_dp_sync *s);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);
@@ -44,6 +57,9 @@ void gj_dp_begin(gj_dp_sync *s);
 int gj_dp_ready(void *s, size_t lo, size_t hi, float *g);
 /* Start whatever remains and wait for everything. */
 int gj_dp_finish(gj_dp_sync *s);
+/* Sum g[0, n), the block's [lo, lo + n), over DP now (blocking), in s's precision: the
+ * optimizer in backward's parts. */
+int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
 
 /* ZeRO-1. The block is split into dp contiguous ranges of P floats (n = P dp). The gradients
  * are summed as without it (gj_dp_ready, gj_dp_finish: all-reduces overlapped with backward),

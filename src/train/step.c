@@ -7,7 +7,7 @@
 #include "common.h"
 
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
-                    float zloss) {
+                    float zloss, int grad_bf16) {
   memset(t, 0, sizeof *t);
   t->st = st, t->m = m, t->g = g, t->hp = *hp, t->zloss = zloss;
   t->oib = st->oib;
@@ -17,7 +17,8 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   t->ids = malloc(N * sizeof(int32_t));
   t->tg = malloc(N * sizeof(int32_t));
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
-  if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0);
+  if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0,
+                            grad_bf16);
   if (rc) gj_trainer_free(t);
   return rc;
 }
@@ -26,6 +27,13 @@ void gj_trainer_free(gj_trainer *t) {
   gj_dp_free(&t->dp);
   free(t->ids), free(t->tg);
   t->ids = t->tg = NULL;
+}
+
+int gj_grad_reduce_parse(const char *s, int *bf16) {
+  if (!strcmp(s, "fp32")) *bf16 = 0;
+  else if (!strcmp(s, "bf16")) *bf16 = 1;
+  else return GJ_FAIL("--grad-reduce %s: expected fp32 or bf16", s);
+  return 0;
 }
 
 int gj_oib_check(int64_t oib, double clip, int64_t zero) {
@@ -65,7 +73,7 @@ static int oib_ready(void *ctx, size_t lo, size_t hi, float *gr) {
   if (lo >= hi) return 0;
   double t0 = gj_now();
   if (g->dp_size > 1)
-    GJ_TRY(gj_allreduce_inplace(g->dp, gr, hi - lo, MPI_FLOAT, MPI_SUM));
+    GJ_TRY(gj_dp_sum(&t->dp, gr, lo, hi - lo));
   double t1 = gj_now();
   if (r->in->inject_nan && lo == gj_layout_part_lo(&st->lay, r->in->inject_nan - 1)) gr[0] = NAN;
   double s = gj_grad_sumsq(&st->lay, gr, NULL, g->tp_rank, lo, hi - lo);

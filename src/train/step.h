@@ -60,10 +60,17 @@ typedef struct {
  * memory, so that one part's gradients are resident instead of all. The result equals the ordinary step's without clipping, bit for bit; it needs
  * grad_clip 0 (the global norm is known only after the last update) and no ZeRO-1. A step
  * whose first part is not finite (or has a huge element) is skipped whole; one that turns so after a part was
- * applied cannot be skipped: gj_train_step then fails. */
+ * applied cannot be skipped: gj_train_step then fails. grad_bf16: the DP sums of the gradients
+ * travel in bfloat16 (parallel/dp.h), else in float32. */
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
-                    float zloss);
+                    float zloss, int grad_bf16);
 void gj_trainer_free(gj_trainer *t);
+/* --grad-reduce: "fp32" (0) or "bf16" (1), shared by train and bench. */
+#define GJ_GRAD_REDUCE_HELP                                                                   \
+  "precision of the gradients' DP sum on the network: fp32, or bf16 (half the bytes; each "      \
+  "rank's gradients and every partial sum rounded to bfloat16, as Megatron-LM's "               \
+  "--grad-reduce-in-bf16; for DP over a slow network)"
+int gj_grad_reduce_parse(const char *s, int *bf16);
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
 /* Collective over the world. A non-finite loss or norm, or without clipping a gradient element
