@@ -394,10 +394,14 @@ static void print_placement(const gj_grid *g) {
   char me[H] = "?";
   gethostname(me, H - 1);
   me[H - 1] = 0;
-  char *all = g->rank == 0 ? malloc((size_t)g->size * H) : NULL;
-  MPI_Gather(me, H, MPI_CHAR, all, H, MPI_CHAR, 0, g->world);
-  if (g->rank != 0) return;
-  if (!all) return;
+  void *out = NULL; /* every rank's name, in rank order, on rank 0 */
+  uint64_t total = 0;
+  int rc = gj_gather_ordered(g->world, &out, &total, me, H, 1);
+  char *all = out;
+  if (rc || g->rank != 0 || total != (uint64_t)g->size * H) { /* the placement is only printed */
+    free(all);
+    return;
+  }
   size_t cap = (size_t)g->size * (H + 16) + 64, n = 0;
   char *line = malloc(cap);
   for (int r = 0; line && r < g->size; r++) {

@@ -68,8 +68,8 @@ void gj_trainer_free(gj_trainer *t);
 /* --grad-reduce: "fp32" (0) or "bf16" (1), shared by train and bench. */
 #define GJ_GRAD_REDUCE_HELP                                                                   \
   "precision of the gradients' DP sum on the network: fp32, or bf16 (half the bytes; each "      \
-  "rank's gradients and every partial sum rounded to bfloat16, as Megatron-LM's "               \
-  "--grad-reduce-in-bf16; for DP over a slow network)"
+  "rank's gradients but the embedding's, and every partial sum, rounded to bfloat16, as "        \
+  "Megatron-LM's --grad-reduce-in-bf16; for DP over a slow network)"
 int gj_grad_reduce_parse(const char *s, int *bf16);
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
