@@ -96,8 +96,10 @@ START_TEST(test_tcp) {
   snprintf(saved, sizeof saved, "%s", MPI_);
   snprintf(MPI_, sizeof MPI_, "%s --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo", saved);
   run_layout("t22", 2, 2, "", got, 20);
-  snprintf(MPI_, sizeof MPI_, "%s", saved);
   expect_same(ref, got, 20, "tcp (2,2)");
+  run_layout("t22b", 2, 2, "--grad-reduce bf16", got, 20); /* the bfloat16 MPI reduction over TCP */
+  snprintf(MPI_, sizeof MPI_, "%s", saved);
+  expect_close(ref, got, 0, 20, "tcp (2,2) --grad-reduce bf16");
 }
 END_TEST
 
