@@ -963,6 +963,19 @@ START_TEST(test_dp_gather) {
 }
 END_TEST
 
+/* The parts a DP test's backward reports (1 to 40 floats), top down, then the finish: one
+ * step of the bucketed sum over DP_N floats. */
+enum { DP_N = 70 };
+static const size_t dp_bound[] = {0, 1, 4, 9, 22, 62, 63, DP_N};
+enum { DP_PARTS = sizeof dp_bound / sizeof *dp_bound - 1 };
+
+static int dp_step(gj_dp_sync *s, float *grads) {
+  int rc = 0;
+  gj_dp_begin(s);
+  for (int k = DP_PARTS - 1; k >= 0; k--) rc |= gj_dp_ready(s, dp_bound[k], dp_bound[k + 1], grads + dp_bound[k]);
+  return rc | gj_dp_finish(s);
+}
+
 /* The DP gradient sum (gj_dp_ready as backward reports its parts, top down, then
  * gj_dp_finish): every float is the exact sum over the DP ranks (integer values), on every rank,
  * whatever the pieces: buckets of 7 floats and parts of 1 to 40 floats, so that pieces shorter
@@ -971,9 +984,7 @@ END_TEST
  * twice at once (TP 2); two steps in a row (libnbc may reuse a schedule). */
 START_TEST(test_dp_sum) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
-  const size_t bound[] = {0, 1, 4, 9, 22, 62, 63, 70};
-  const int parts = (int)(sizeof bound / sizeof *bound) - 1;
-  const size_t n = bound[parts];
+  const size_t n = DP_N;
   for (int ti = 0; ti < 2; ti++) {
     if (!tps[ti]) continue;
     gj_grid g;
@@ -986,9 +997,7 @@ START_TEST(test_dp_sum) {
     for (int step = 0; step < 2; step++) {
       const float base = (float)(100 * step + 1000 * g.tp_rank);
       for (size_t i = 0; i < n; i++) grads[i] = (base + (float)i) * (float)(g.dp_rank + 1);
-      gj_dp_begin(&s);
-      for (int k = parts - 1; k >= 0; k--) rcs |= gj_dp_ready(&s, bound[k], bound[k + 1], grads + bound[k]);
-      rcs |= gj_dp_finish(&s);
+      rcs |= dp_step(&s, grads);
       for (size_t i = 0; i < n; i++) bad += grads[i] != (float)((base + (double)i) * rsum);
     }
     gj_dp_free(&s);
@@ -1000,7 +1009,8 @@ START_TEST(test_dp_sum) {
 END_TEST
 
 /* A gradient value of rank r for element i at a step: sign, 24 mantissa bits and an exponent
- * in [-12, 11] from a hash, so that no value is a bfloat16 and the sums carry and cancel. */
+ * in [-12, 11] from a hash, so that the values are (but for a 2^-16 chance) not bfloat16 and
+ * the sums carry and cancel. */
 static float dp_val(size_t i, int r, int step) {
   uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 1) * 2246822519u ^ (uint32_t)step * 3266489917u;
   h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
@@ -1027,9 +1037,7 @@ static uint32_t f32_bits(float f) {
  * exactly, else within (DP - 1) 2^-24 of the magnitudes) and the rest in bf16. */
 START_TEST(test_dp_sum_bf16) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
-  const size_t bound[] = {0, 1, 4, 9, 22, 62, 63, 70};
-  const int parts = (int)(sizeof bound / sizeof *bound) - 1;
-  const size_t n = bound[parts];
+  const size_t n = DP_N;
   enum { NAN_AT = 5, INF_AT = 6, ZERO_AT = 7, CANCEL_AT = 8 };
   for (int run = 0; run < 4; run++) {
     const int ti = run / 2;
@@ -1053,9 +1061,7 @@ START_TEST(test_dp_sum_bf16) {
         rcs |= gj_dp_sum(&s, grads, 0, 3); /* pieces: one within the embedding, one across it */
         rcs |= gj_dp_sum(&s, grads + 3, 3, n - 3);
       } else {
-        gj_dp_begin(&s);
-        for (int k = parts - 1; k >= 0; k--) rcs |= gj_dp_ready(&s, bound[k], bound[k + 1], grads + bound[k]);
-        rcs |= gj_dp_finish(&s);
+        rcs |= dp_step(&s, grads);
       }
       for (size_t i = 0; i < n; i++) {
         const int f32 = i < emb;
