@@ -71,7 +71,10 @@ int main(int argc, char **argv) {
   }
   int needs_mpi = cmd->mpi;
   if (needs_mpi) gj_comm_before_init();
-  if (needs_mpi) MPI_Init(&argc, &argv);
+  if (needs_mpi) { /* MULTIPLE for the DP progress thread (parallel/dp.h); with less, none */
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  }
   int rank = 0, size = 1;
   if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), size = gj_comm_size(gj_comm_world());
   gj_log_set_world(rank, size);

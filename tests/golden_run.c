@@ -239,7 +239,7 @@ static int run(int argc, char **argv, gj_grid *g) {
   if (mt.late_head != late) return GJ_FAIL("internal: late head %d, asked %d", mt.late_head, late);
   gj_model_free(&m);
   gj_trainer tr;
-  GJ_TRY(gj_trainer_init(&tr, &st, &mt, g, &hp, 0.0f, 0));
+  GJ_TRY(gj_trainer_init(&tr, &st, &mt, g, &hp, 0.0f, 0, 0));
   golden_batch gb = {ids, tg, B * T};
   for (int64_t t = 1; t <= steps; t++) {
     gj_step_in in = {t, t, hp.lr, 1, B, T, (double)nv, copy_batch, &gb, 0};

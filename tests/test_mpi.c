@@ -14,6 +14,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include "train/evaluate.h"
 #include "model/generate.h"
@@ -259,7 +260,7 @@ static void run_steps(int tp, int zero, int64_t A, int64_t B, int vocab, int row
   gj_adamw_defaults(&hp);
   if (clip > 0) hp.grad_clip = clip;
   gj_trainer tr;
-  ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f, 0), 0);
+  ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 1e-4f, 0, GJ_DP_POLL_DEFAULT), 0);
   step_batch sb = {A, B, T, g.dp_rank, vocab};
   for (int s = 0; s < 3; s++) {
     gj_step_in in = {s + 1, s + 1, 1e-3, A, B, T, 4.0 * T, step_fill, &sb, 0};
@@ -328,7 +329,7 @@ START_TEST(test_huge_gradient_tp) {
     gj_adamw_defaults(&hp);
     hp.grad_clip = 0;
     gj_trainer tr;
-    ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 0.0f, 0), 0);
+    ck_assert_int_eq(gj_trainer_init(&tr, &st, &m, &g, &hp, 0.0f, 0, GJ_DP_POLL_DEFAULT), 0);
     step_batch sb = {1, B, T, g.dp_rank, (int)c.vocab_size};
     gj_step_in in = {1, 1, 1e-3, 1, B, T, 4.0 * T, step_fill, &sb, 0};
     gj_step_out out;
@@ -972,7 +973,10 @@ enum { DP_PARTS = sizeof dp_bound / sizeof *dp_bound - 1 };
 static int dp_step(gj_dp_sync *s, float *grads) {
   int rc = 0;
   gj_dp_begin(s);
-  for (int k = DP_PARTS - 1; k >= 0; k--) rc |= gj_dp_ready(s, dp_bound[k], dp_bound[k + 1], grads + dp_bound[k]);
+  for (int k = DP_PARTS - 1; k >= 0; k--) {
+    rc |= gj_dp_ready(s, dp_bound[k], dp_bound[k + 1], grads + dp_bound[k]);
+    if (s->th_made) usleep(50); /* a part's backward: the progress thread tests meanwhile */
+  }
   return rc | gj_dp_finish(s);
 }
 
@@ -981,20 +985,29 @@ static int dp_step(gj_dp_sync *s, float *grads) {
  * whatever the pieces: buckets of 7 floats and parts of 1 to 40 floats, so that pieces shorter
  * than the ranks (which libnbc's Rabenseifner algorithm, gj_comm_before_init, hands to its ring)
  * and pieces joined across parts are summed too. At DP = the world and, on 4 ranks, at DP 2
- * twice at once (TP 2); two steps in a row (libnbc may reuse a schedule). */
+ * twice at once (TP 2); two steps in a row (libnbc may reuse a schedule). Then again with the
+ * progress thread testing the buckets every microsecond, 200 steps (its races with the posts
+ * and the finish would show as a wrong sum, a hang or a crash). */
 START_TEST(test_dp_sum) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
   const size_t n = DP_N;
-  for (int ti = 0; ti < 2; ti++) {
+  int provided;
+  MPI_Query_thread(&provided);
+  ck_assert_int_eq(provided, MPI_THREAD_MULTIPLE);
+  for (int run = 0; run < 4; run++) {
+    const int ti = run % 2, polled = run / 2;
     if (!tps[ti]) continue;
     gj_grid g;
     ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
     float *grads = malloc(n * sizeof(float));
     gj_dp_sync s;
     ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7, 0), 0);
+    int on = -1;
+    ck_assert_int_eq(gj_dp_progress(&s, polled, &on), 0);
+    ck_assert_int_eq(on, polled && g.dp_size > 1);
     const double rsum = g.dp_size * (g.dp_size + 1) / 2.0; /* sum of (dp_rank + 1) */
     int bad = 0, rcs = 0;
-    for (int step = 0; step < 2; step++) {
+    for (int step = 0; step < (polled ? 200 : 2); step++) {
       const float base = (float)(100 * step + 1000 * g.tp_rank);
       for (size_t i = 0; i < n; i++) grads[i] = (base + (float)i) * (float)(g.dp_rank + 1);
       rcs |= dp_step(&s, grads);
@@ -1003,7 +1016,7 @@ START_TEST(test_dp_sum) {
     gj_dp_free(&s);
     free(grads);
     gj_grid_free(&g);
-    dp_verdict(rcs, bad, tps[ti], "not the DP sum");
+    dp_verdict(rcs, bad, tps[ti], polled ? "not the DP sum (progress thread)" : "not the DP sum");
   }
 }
 END_TEST
@@ -1034,7 +1047,8 @@ static uint32_t f32_bits(float f) {
  * bits). A NaN on one rank is NaN everywhere, an infinity stays infinite, x and -x cancel to 0.
  * With the embedding's range given (its first 10 floats, not a whole number of buckets, held
  * whole as under the optimizer in backward), that range is summed in float32 (at DP 2 a + b
- * exactly, else within (DP - 1) 2^-24 of the magnitudes) and the rest in bf16. */
+ * exactly, else within (DP - 1) 2^-24 of the magnitudes) and the rest in bf16. With the
+ * embedding's range the progress thread tests the buckets (every microsecond). */
 START_TEST(test_dp_sum_bf16) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
   const size_t n = DP_N;
@@ -1050,6 +1064,8 @@ START_TEST(test_dp_sum_bf16) {
     uint32_t *lo = malloc(n * sizeof(uint32_t)), *hi = malloc(n * sizeof(uint32_t));
     gj_dp_sync s;
     ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, emb, 7, 1), 0);
+    int on;
+    ck_assert_int_eq(gj_dp_progress(&s, emb ? 1 : 0, &on), 0);
     int bad = 0, rcs = 0;
     for (int step = 0; step < 4; step++) {
       const int blocking = step >= 2;
@@ -1162,7 +1178,8 @@ static void gemm_default(void) {
 
 int main(int argc, char **argv) {
   gj_comm_before_init(); /* the MPI settings gptj runs with */
-  MPI_Init(&argc, &argv);
+  int provided; /* as gptj's main: the DP progress thread's */
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   Suite *s = suite_create("mpi");

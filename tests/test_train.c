@@ -64,6 +64,7 @@ START_TEST(test_layouts) {
       {2, 1, ""}, {1, 2, ""}, {2, 2, ""}, {4, 1, ""}, {1, 4, ""},
       {2, 2, "--grad-accum 4 --micro-batch 1"}, /* 1 x 4 x DP 2 = the same global batch */
       {2, 2, "--zero 1"}, {4, 1, "--zero 1"},
+      {4, 1, "--dp-poll-us 0"}, /* no DP progress thread: the same sums */
   };
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
     char name[64];
@@ -71,6 +72,22 @@ START_TEST(test_layouts) {
     run_layout(name, lay[i].dp, lay[i].tp, lay[i].extra, got, 20);
     expect_same(ref, got, 20, name);
   }
+  /* the progress thread changes no bit: (4,1) with it (l41_3) and without (l41_8) */
+  {
+    double with[64], without[64];
+    char run[1300];
+    snprintf(run, sizeof run, "%s/l41_3", OUT);
+    ck_assert_int_eq(read_losses(run, with, 64, NULL), 20);
+    snprintf(run, sizeof run, "%s/l41_8", OUT);
+    ck_assert_int_eq(read_losses(run, without, 64, NULL), 20);
+    for (int k = 0; k < 20; k++) ck_assert_msg(with[k] == without[k], "step %d: %.9g with the DP progress thread, %.9g without", k + 1, with[k], without[k]);
+  }
+  /* the thread runs by default at DP > 1 (the log says so, config.conf has the interval) and
+   * not with --dp-poll-us 0 */
+  ck_assert_int_eq(sh("grep -q '^dp-poll-us = 1000$' %s/l21_0/config.conf && grep -q 'DP sums tested every 1000 us by a thread' %s/l21_0.log",
+                      OUT, OUT), 0);
+  ck_assert_int_eq(sh("grep -q '^dp-poll-us = 0$' %s/l41_8/config.conf && grep -q 'no DP progress thread (--dp-poll-us 0)' %s/l41_8.log",
+                      OUT, OUT), 0);
   /* --grad-reduce bf16 (the DP sums in bfloat16): within bf16's bound of the float32 run (as
    * bf16 precision, test_bf16), and not the same run: the option takes effect, and is recorded */
   struct { int dp, tp; const char *extra; } bl[] = {
@@ -97,6 +114,11 @@ START_TEST(test_tcp) {
   snprintf(MPI_, sizeof MPI_, "%s --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo", saved);
   run_layout("t22", 2, 2, "", got, 20);
   expect_same(ref, got, 20, "tcp (2,2)");
+  /* the DP progress thread testing the sums every microsecond, over the sockets: the same bits
+   * as every millisecond */
+  double fast[64];
+  run_layout("t22p", 2, 2, "--dp-poll-us 1", fast, 20);
+  for (int k = 0; k < 20; k++) ck_assert_msg(fast[k] == got[k], "tcp (2,2) step %d: %.9g with --dp-poll-us 1, %.9g", k + 1, fast[k], got[k]);
   run_layout("t22b", 2, 2, "--grad-reduce bf16", got, 20); /* the bfloat16 MPI reduction over TCP */
   snprintf(MPI_, sizeof MPI_, "%s", saved);
   expect_close(ref, got, 0, 20, "tcp (2,2) --grad-reduce bf16");

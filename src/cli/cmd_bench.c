@@ -33,7 +33,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 typedef struct {
-  int64_t B, T, steps, warmup, tp, zero, recompute, oib, shapes;
+  int64_t B, T, steps, warmup, tp, zero, recompute, oib, shapes, dp_poll_us;
   const char *json, *gemm, *prec, *grad_reduce;
   int grad_bf16;
 } bench_opts;
@@ -76,7 +76,7 @@ static int synthetic_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 
 static int parse(bench_ctx *x, int argc, char **argv) {
   bench_opts *o = &x->o;
-  *o = (bench_opts){.B = 8, .T = 0, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32", .grad_reduce = "fp32"};
+  *o = (bench_opts){.B = 8, .T = 0, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32", .grad_reduce = "fp32", .dp_poll_us = GJ_DP_POLL_DEFAULT};
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &o->B, "sequences per rank per step", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &o->T, "tokens per sequence (0: 256, or n_positions where that is less)", 0,
@@ -86,6 +86,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1", 0, 1},
       {"grad-reduce", GJ_OPT_STR, &o->grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
+      {"dp-poll-us", GJ_OPT_I64, &o->dp_poll_us, GJ_DP_POLL_HELP, 0, 1000000},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &o->oib, "1: AdamW applied part by part during backward (as gptj "
        "train's; the bench then runs without gradient clipping, which otherwise is 1.0)", 0, 1},
@@ -144,7 +145,7 @@ static int setup(bench_ctx *x) {
   gj_adamw_hp hp;
   gj_adamw_defaults(&hp);
   if (o->oib) hp.grad_clip = 0;
-  rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f, o->grad_bf16);
+  rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f, o->grad_bf16, (int)o->dp_poll_us);
   x->st_s = calloc(o->steps, sizeof(double)), x->rp_s = calloc(o->steps, sizeof(double));
   x->ratio = calloc(o->steps, sizeof(double));
   if (!rc && (!x->st_s || !x->rp_s || !x->ratio)) rc = GJ_FAIL("out of memory");
@@ -285,11 +286,12 @@ static int figures(bench_ctx *x, bench_figures *f) {
 static void print_header(const bench_ctx *x) {
   const bench_opts *o = &x->o;
   const gj_modelopts *mo = &x->mo;
+  char dpw[256];
+  gj_trainer_dp_words(&x->tr, o->grad_bf16, (int)o->dp_poll_us, dpw, sizeof dpw);
   gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld%s%s",
           mo->config_file ? mo->config_file : mo->preset, mo->config_file ? "" : " (preset)", (long long)o->B,
           (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(), (long long)o->zero,
-          (long long)o->recompute, o->oib ? ", optimizer in backward (no clipping)" : "",
-          x->g.dp_size > 1 && o->grad_bf16 ? ", gradients summed in bf16" : "");
+          (long long)o->recompute, o->oib ? ", optimizer in backward (no clipping)" : "", dpw);
   const gj_config *c = &x->c; /* the preset or file with the flags' overrides (e.g. --n_layer 1) */
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld)",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd, (long long)c->n_head,
@@ -333,10 +335,10 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
           x->mo.preset, x->config_json, (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size);
   fprintf(fp, "\"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
-          "\"threads\": %d, \"zero\": %lld, \"grad_reduce\": \"%s\", \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
+          "\"threads\": %d, \"zero\": %lld, \"grad_reduce\": \"%s\", \"dp_poll_us\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
           "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
           (long long)o->B, (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(),
-          (long long)o->zero, o->grad_bf16 ? "bf16" : "fp32", (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
+          (long long)o->zero, o->grad_bf16 ? "bf16" : "fp32", (long long)(x->tr.dp_polled ? o->dp_poll_us : 0), (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
           gj_gemm_describe(), gj_blas_core(), f->step, f->tps);
   fprintf(fp, "\"breakdown_s\": {");
   for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(fp, "\"%s\": %.6f, ", prof_names[k], x->prof[k]);

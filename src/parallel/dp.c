@@ -1,7 +1,9 @@
 #include "parallel/dp.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "model/gemm.h"
@@ -65,7 +67,92 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
   return 0;
 }
 
+/* ---- the progress thread ---- */
+
+/* The thread tests the requests posted so far, [0, k), outside the lock: the main thread only
+ * appends after them meanwhile, and waits for it to be out (busy 0) before it waits for them
+ * itself. */
+static void *poller(void *vs) {
+  gj_dp_sync *s = vs;
+  const struct timespec nap = {s->poll_us / 1000000, (long)(s->poll_us % 1000000) * 1000};
+  pthread_mutex_lock(&s->mu);
+  while (!s->quit) {
+    if (!s->polling) {
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    const int k = s->nreq;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    int flag; /* an error here is the main thread's MPI_Waitall's to report */
+    MPI_Testall(k, s->req, &flag, MPI_STATUSES_IGNORE);
+    pthread_mutex_lock(&s->mu);
+    s->busy = 0;
+    if (flag && k == s->nreq) s->polling = 0; /* all done: until the next bucket */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    nanosleep(&nap, NULL);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int gj_dp_progress(gj_dp_sync *s, int poll_us, int *on) {
+  *on = 0;
+  if (poll_us <= 0 || s->g->dp_size == 1 || s->th_made) return 0;
+  int level = MPI_THREAD_SINGLE;
+  GJ_MPI_TRY(MPI_Query_thread(&level), "MPI_Query_thread");
+  if (level != MPI_THREAD_MULTIPLE) return 0;
+  s->poll_us = poll_us;
+  if (pthread_mutex_init(&s->mu, NULL)) return GJ_FAIL("cannot make a mutex for the DP progress thread");
+  if (pthread_cond_init(&s->cv, NULL))
+    return pthread_mutex_destroy(&s->mu), GJ_FAIL("cannot make a condition for the DP progress thread");
+  /* signals go to the other threads (the stop handlers' flags are the main loop's) */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int e = pthread_create(&s->th, NULL, poller, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (e) {
+    pthread_cond_destroy(&s->cv), pthread_mutex_destroy(&s->mu);
+    return GJ_FAIL("cannot start the DP progress thread: %s", strerror(e));
+  }
+  s->th_made = 1, *on = 1;
+  return 0;
+}
+
+/* One more request in flight (req[nreq] made): the thread's from now on. */
+static void posted(gj_dp_sync *s) {
+  if (!s->th_made) {
+    s->nreq++;
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->nreq++;
+  if (!s->polling) s->polling = 1, pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The thread stops testing and is out of MPI_Testall: the requests are the caller's. */
+static void unpolled(gj_dp_sync *s) {
+  if (!s->th_made) return;
+  pthread_mutex_lock(&s->mu);
+  s->polling = 0;
+  while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
 void gj_dp_free(gj_dp_sync *s) {
+  if (s->th_made) {
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    pthread_cond_destroy(&s->cv), pthread_mutex_destroy(&s->mu);
+    s->th_made = 0;
+  }
   free(s->req), free(s->greq), free(s->rng), free(s->stage);
   if (s->op_made) MPI_Op_free(&s->op); /* a zeroed gj_dp_sync (never initialised) has none */
   s->op_made = 0;
@@ -73,6 +160,7 @@ void gj_dp_free(gj_dp_sync *s) {
 }
 
 void gj_dp_begin(gj_dp_sync *s) {
+  unpolled(s); /* after a step that failed before its finish: the thread lets go of its requests */
   s->lo = s->hi = s->done = 0;
   s->nreq = 0;
   s->wait_s = 0;
@@ -87,16 +175,13 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
     if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
     const int h = s->bf16 && a >= s->f32_below;
     if (s->bf16) s->rng[2 * s->nreq] = a, s->rng[2 * s->nreq + 1] = b;
-    if (h) {
-      pack_bf16(s, s->grads + a, b - a);
-      GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_UINT16_T, s->op, s->g->dp,
-                                &s->req[s->nreq++]),
-                 "MPI_Iallreduce(gradients, bf16)");
-    } else {
-      GJ_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
-                                &s->req[s->nreq++]),
-                 "MPI_Iallreduce(gradients)");
-    }
+    if (h) pack_bf16(s, s->grads + a, b - a);
+    int rc = h ? MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_UINT16_T, s->op, s->g->dp,
+                                &s->req[s->nreq])
+               : MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
+                                &s->req[s->nreq]);
+    if (rc == MPI_SUCCESS) posted(s);
+    else return gj_mpi_fail(rc, h ? "MPI_Iallreduce(gradients, bf16)" : "MPI_Iallreduce(gradients)");
     s->bytes += (double)(b - a) * (h ? 2 : sizeof(float));
     b = a;
   }
@@ -118,8 +203,8 @@ int gj_dp_ready(void *vs, size_t lo, size_t hi, float *g) {
     GJ_TRY(post(s, s->lo, s->hi));
     s->hi = s->lo;
   }
-  int flag; /* let the library progress what is in flight */
-  if (s->nreq) MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
+  int flag; /* let the library progress what is in flight (the thread's, where it runs) */
+  if (s->nreq && !s->th_made) MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
   return 0;
 }
 
@@ -146,6 +231,7 @@ int gj_dp_finish(gj_dp_sync *s) {
     s->hi = s->lo;
   }
   double t0 = gj_now();
+  unpolled(s); /* the rest is waited for here */
   int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
   const int nreq = s->nreq;
   s->nreq = 0;

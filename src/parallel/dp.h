@@ -5,6 +5,7 @@
 #define GJ_PARALLEL_DP_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,12 @@ typedef struct {
   uint16_t *stage;   /* bf16: a bucket of staging (the in-place rounding and widening) */
   MPI_Op op;         /* bf16: the sum of bfloat16 values, made if op_made */
   int op_made;
+  /* the progress thread (gj_dp_progress): while buckets are in flight it tests them every
+   * poll_us microseconds; mu guards nreq, polling and busy (it is in MPI_Testall) */
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int th_made, polling, busy, quit, poll_us;
 } gj_dp_sync;
 
 #define GJ_DP_BUCKET_FLOATS ((size_t)1 << 22) /* 16 MB, the default bucket */
@@ -48,6 +55,14 @@ typedef struct {
 int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *rows, size_t skip,
                size_t bucket_floats, int bf16);
 void gj_dp_free(gj_dp_sync *s);
+/* Progress for the buckets in flight. Open MPI moves a non-blocking collective on only inside
+ * MPI calls, and backward makes few (at TP 1 none between two buckets): over TCP a bucket then
+ * waits, mostly unsent, for gj_dp_finish. With poll_us > 0 a thread of this rank calls
+ * MPI_Testall on them every poll_us microseconds from the first bucket posted to
+ * gj_dp_finish, as Horovod's background thread and PyTorch DDP's communication thread do. It
+ * needs MPI_THREAD_MULTIPLE (main asks for it): without it, or with poll_us 0 or DP 1, there
+ * is no thread (returns 0, *on = 0). */
+int gj_dp_progress(gj_dp_sync *s, int poll_us, int *on);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);
 /* The gradients [lo, hi) are final: reduce them, with the ranges reported before that join
@@ -66,7 +81,8 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * and each rank updates its range. A reduce-scatter would send half the bytes, but Open MPI's
  * non-blocking reduces progress only inside MPI calls, few during backward: measured (gptj-125m,
  * DP 2, one core a rank) 0.40 s of a 1.70 s step left to wait after backward, against 0.02 s of
- * 1.60 s with the all-reduces (a blocking reduce-scatter after backward: 0.88 s of 2.02 s). */
+ * 1.60 s with the all-reduces (a blocking reduce-scatter after backward: 0.88 s of 2.02 s).
+ * (Measured before the progress thread, gj_dp_progress, which may change that.) */
 /* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters), after the
  * update, in place. Measured (gptj-125m, DP 2, one core a rank, three interleaved rounds): the
  * optimizer's time with it 0.095-0.109 s, against 0.204-0.253 s with MPI_Allgather through a

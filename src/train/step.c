@@ -1,13 +1,14 @@
 #include "train/step.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
-                    float zloss, int grad_bf16) {
+                    float zloss, int grad_bf16, int dp_poll_us) {
   memset(t, 0, sizeof *t);
   t->st = st, t->m = m, t->g = g, t->hp = *hp, t->zloss = zloss;
   t->oib = st->oib;
@@ -19,6 +20,7 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
   if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0,
                             grad_bf16);
+  if (!rc) rc = gj_dp_progress(&t->dp, dp_poll_us, &t->dp_polled);
   if (rc) gj_trainer_free(t);
   return rc;
 }
@@ -27,6 +29,18 @@ void gj_trainer_free(gj_trainer *t) {
   gj_dp_free(&t->dp);
   free(t->ids), free(t->tg);
   t->ids = t->tg = NULL;
+}
+
+void gj_trainer_dp_words(const gj_trainer *t, int grad_bf16, int dp_poll_us, char *buf, size_t n) {
+  if (t->g->dp_size == 1) {
+    snprintf(buf, n, "%s", "");
+    return;
+  }
+  char poll[160];
+  if (t->dp_polled) snprintf(poll, sizeof poll, "; DP sums tested every %d us by a thread (--dp-poll-us)", dp_poll_us);
+  else if (dp_poll_us > 0) snprintf(poll, sizeof poll, "; no DP progress thread: the MPI library gives no MPI_THREAD_MULTIPLE");
+  else snprintf(poll, sizeof poll, "; no DP progress thread (--dp-poll-us 0)");
+  snprintf(buf, n, "%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "", poll);
 }
 
 int gj_grad_reduce_parse(const char *s, int *bf16) {

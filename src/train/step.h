@@ -21,6 +21,7 @@ typedef struct {
   float zloss;   /* z-loss coefficient */
   int32_t *ids, *tg; /* one micro-batch [Bmax, Tmax] of the model */
   int oib;       /* the optimizer in backward: st is made by gj_state_create_oib */
+  int dp_polled; /* the DP progress thread runs (gj_dp_progress) */
 } gj_trainer;
 
 /* Fills micro-batch a (0 <= a < A) of this DP rank: ids and targets [B, T]. */
@@ -61,9 +62,13 @@ typedef struct {
  * grad_clip 0 (the global norm is known only after the last update) and no ZeRO-1. A step
  * whose first part is not finite (or has a huge element) is skipped whole; one that turns so after a part was
  * applied cannot be skipped: gj_train_step then fails. grad_bf16: the DP sums of the gradients
- * travel in bfloat16 (parallel/dp.h), else in float32. */
+ * travel in bfloat16 (parallel/dp.h), else in float32. dp_poll_us: the DP progress thread's
+ * interval (gj_dp_progress; 0: none). */
 int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const gj_adamw_hp *hp,
-                    float zloss, int grad_bf16);
+                    float zloss, int grad_bf16, int dp_poll_us);
+/* The log's words on the DP sums (empty at DP 1): "; gradients summed over DP in bf16" and
+ * whether the progress thread runs, each beginning "; ". */
+void gj_trainer_dp_words(const gj_trainer *t, int grad_bf16, int dp_poll_us, char *buf, size_t n);
 void gj_trainer_free(gj_trainer *t);
 /* --grad-reduce: "fp32" (0) or "bf16" (1), shared by train and bench. */
 #define GJ_GRAD_REDUCE_HELP                                                                   \
@@ -71,6 +76,12 @@ void gj_trainer_free(gj_trainer *t);
   "rank's gradients but the embedding's, and every partial sum, rounded to bfloat16, as "        \
   "Megatron-LM's --grad-reduce-in-bf16; for DP over a slow network)"
 int gj_grad_reduce_parse(const char *s, int *bf16);
+/* --dp-poll-us, shared by train and bench. */
+#define GJ_DP_POLL_DEFAULT 1000
+#define GJ_DP_POLL_HELP                                                                          \
+  "microseconds between a rank's tests of its DP gradient sums in flight, from a thread of its " \
+  "own while backward runs (Open MPI moves them on only inside MPI calls: over TCP they "        \
+  "otherwise wait for the end of backward); 0: no such thread"
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
 /* Collective over the world. A non-finite loss or norm, or without clipping a gradient element
