@@ -44,6 +44,25 @@ static int same_command(int argc, char **argv) {
   return gj_agree(gj_comm_world(), rc);
 }
 
+/* Whether MPI is asked for MPI_THREAD_MULTIPLE: for train and bench (the DP progress thread,
+ * parallel/dp.h), unless the command line sets --dp-poll-us 0 (the last one given), so that a
+ * user whose MPI transport refuses that level (UCX built without threads) can keep it off. */
+static int dp_thread(const char *cmd, int argc, char **argv) {
+  if (strcmp(cmd, "train") && strcmp(cmd, "bench")) return 0;
+  int on = 1;
+  for (int i = 2; i < argc; i++) {
+    const char *v = NULL;
+    if (!strcmp(argv[i], "--dp-poll-us") && i + 1 < argc) v = argv[++i];
+    else if (!strncmp(argv[i], "--dp-poll-us=", 13)) v = argv[i] + 13;
+    if (v) {
+      char *end;
+      const long n = strtol(v, &end, 10);
+      on = !(end != v && *end == '\0' && n == 0);
+    }
+  }
+  return on;
+}
+
 int main(int argc, char **argv) {
   /* first: a stop signal from here on is handled (train stops cleanly at its next stop point;
    * other commands remove their temporary files and end) */
@@ -73,7 +92,8 @@ int main(int argc, char **argv) {
   if (needs_mpi) gj_comm_before_init();
   if (needs_mpi) { /* MULTIPLE for the DP progress thread (parallel/dp.h); with less, none */
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Init_thread(&argc, &argv, dp_thread(cmd->name, argc, argv) ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
+                    &provided);
   }
   int rank = 0, size = 1;
   if (needs_mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), size = gj_comm_size(gj_comm_world());

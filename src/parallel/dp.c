@@ -84,10 +84,16 @@ static void *poller(void *vs) {
     const int k = s->nreq;
     s->busy = 1;
     pthread_mutex_unlock(&s->mu);
-    int flag; /* an error here is the main thread's MPI_Waitall's to report */
-    MPI_Testall(k, s->req, &flag, MPI_STATUSES_IGNORE);
+    int flag = 0;
+    const int rc = MPI_Testall(k, s->req, &flag, MPI_STATUSES_IGNORE);
     pthread_mutex_lock(&s->mu);
     s->busy = 0;
+    s->polls++;
+    /* requests it completes are MPI_REQUEST_NULL to the main thread's MPI_Waitall, which then
+     * cannot see their error: it is kept for gj_dp_finish */
+    if (rc != MPI_SUCCESS && s->poll_rc == MPI_SUCCESS) s->poll_rc = rc;
+    if (rc != MPI_SUCCESS) s->polling = 0;
+    if (flag && rc == MPI_SUCCESS) s->polled_done++;
     if (flag && k == s->nreq) s->polling = 0; /* all done: until the next bucket */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -99,12 +105,12 @@ static void *poller(void *vs) {
 }
 
 int gj_dp_progress(gj_dp_sync *s, int poll_us, int *on) {
-  *on = 0;
+  *on = s->th_made;
   if (poll_us <= 0 || s->g->dp_size == 1 || s->th_made) return 0;
   int level = MPI_THREAD_SINGLE;
   GJ_MPI_TRY(MPI_Query_thread(&level), "MPI_Query_thread");
   if (level != MPI_THREAD_MULTIPLE) return 0;
-  s->poll_us = poll_us;
+  s->poll_us = poll_us, s->quit = 0, s->polling = 0, s->busy = 0, s->poll_rc = MPI_SUCCESS;
   if (pthread_mutex_init(&s->mu, NULL)) return GJ_FAIL("cannot make a mutex for the DP progress thread");
   if (pthread_cond_init(&s->cv, NULL))
     return pthread_mutex_destroy(&s->mu), GJ_FAIL("cannot make a condition for the DP progress thread");
@@ -147,7 +153,7 @@ void gj_dp_free(gj_dp_sync *s) {
   if (s->th_made) {
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
-    pthread_cond_signal(&s->cv);
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
     pthread_cond_destroy(&s->cv), pthread_mutex_destroy(&s->mu);
@@ -161,6 +167,7 @@ void gj_dp_free(gj_dp_sync *s) {
 
 void gj_dp_begin(gj_dp_sync *s) {
   unpolled(s); /* after a step that failed before its finish: the thread lets go of its requests */
+  s->poll_rc = MPI_SUCCESS;
   s->lo = s->hi = s->done = 0;
   s->nreq = 0;
   s->wait_s = 0;
@@ -236,6 +243,7 @@ int gj_dp_finish(gj_dp_sync *s) {
   const int nreq = s->nreq;
   s->nreq = 0;
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
+  if (s->poll_rc != MPI_SUCCESS) return gj_mpi_fail(s->poll_rc, "MPI_Testall(gradients, the DP progress thread)");
   if (s->bf16)
     for (int r = 0; r < nreq; r++)
       if (s->rng[2 * r] >= s->f32_below) unpack_bf16(s, s->grads + s->rng[2 * r], s->rng[2 * r + 1] - s->rng[2 * r]);

@@ -36,12 +36,15 @@ typedef struct {
   uint16_t *stage;   /* bf16: a bucket of staging (the in-place rounding and widening) */
   MPI_Op op;         /* bf16: the sum of bfloat16 values, made if op_made */
   int op_made;
-  /* the progress thread (gj_dp_progress): while buckets are in flight it tests them every
-   * poll_us microseconds; mu guards nreq, polling and busy (it is in MPI_Testall) */
+  /* the progress thread (gj_dp_progress): while buckets are in flight it tests them, sleeping
+   * poll_us microseconds between tests; mu guards nreq, polling, busy (it is in MPI_Testall),
+   * poll_rc and the counts */
   pthread_t th;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int th_made, polling, busy, quit, poll_us;
+  int poll_rc;       /* the first failed MPI_Testall of the thread this step (gj_dp_finish's) */
+  long polls, polled_done; /* its tests, and those that found every request complete */
 } gj_dp_sync;
 
 #define GJ_DP_BUCKET_FLOATS ((size_t)1 << 22) /* 16 MB, the default bucket */
@@ -58,10 +61,11 @@ void gj_dp_free(gj_dp_sync *s);
 /* Progress for the buckets in flight. Open MPI moves a non-blocking collective on only inside
  * MPI calls, and backward makes few (at TP 1 none between two buckets): over TCP a bucket then
  * waits, mostly unsent, for gj_dp_finish. With poll_us > 0 a thread of this rank calls
- * MPI_Testall on them every poll_us microseconds from the first bucket posted to
- * gj_dp_finish, as Horovod's background thread and PyTorch DDP's communication thread do. It
- * needs MPI_THREAD_MULTIPLE (main asks for it): without it, or with poll_us 0 or DP 1, there
- * is no thread (returns 0, *on = 0). */
+ * MPI_Testall on them from the first bucket posted to gj_dp_finish, sleeping poll_us
+ * microseconds between calls, as Horovod's background thread and PyTorch DDP's communication
+ * thread do. It needs MPI_THREAD_MULTIPLE (main asks for it for train and bench): without it,
+ * or with poll_us 0 or DP 1, there is no thread (returns 0, *on = 0). An error of its
+ * MPI_Testall is gj_dp_finish's to return. */
 int gj_dp_progress(gj_dp_sync *s, int poll_us, int *on);
 /* Start a step's reduction. */
 void gj_dp_begin(gj_dp_sync *s);

@@ -20,7 +20,8 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
   if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0,
                             grad_bf16);
-  if (!rc) rc = gj_dp_progress(&t->dp, dp_poll_us, &t->dp_polled);
+  /* the optimizer in backward sums each part at once (gj_dp_sum): nothing in flight to test */
+  if (!rc) rc = gj_dp_progress(&t->dp, t->oib ? 0 : dp_poll_us, &t->dp_polled);
   if (rc) gj_trainer_free(t);
   return rc;
 }
@@ -37,9 +38,10 @@ void gj_trainer_dp_words(const gj_trainer *t, int grad_bf16, int dp_poll_us, cha
     return;
   }
   char poll[160];
-  if (t->dp_polled) snprintf(poll, sizeof poll, "; DP sums tested every %d us by a thread (--dp-poll-us)", dp_poll_us);
-  else if (dp_poll_us > 0) snprintf(poll, sizeof poll, "; no DP progress thread: the MPI library gives no MPI_THREAD_MULTIPLE");
-  else snprintf(poll, sizeof poll, "; no DP progress thread (--dp-poll-us 0)");
+  if (t->dp_polled) snprintf(poll, sizeof poll, "; DP sums tested by a thread, %d us between tests (--dp-poll-us)", dp_poll_us);
+  else if (dp_poll_us == 0) snprintf(poll, sizeof poll, "; no DP progress thread (--dp-poll-us 0)");
+  else if (t->oib) snprintf(poll, sizeof poll, "; no DP progress thread (the optimizer in backward sums each part at once)");
+  else snprintf(poll, sizeof poll, "; no DP progress thread: the MPI library gives no MPI_THREAD_MULTIPLE");
   snprintf(buf, n, "%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "", poll);
 }
 

@@ -78,10 +78,12 @@ void gj_trainer_free(gj_trainer *t);
 int gj_grad_reduce_parse(const char *s, int *bf16);
 /* --dp-poll-us, shared by train and bench. */
 #define GJ_DP_POLL_DEFAULT 1000
-#define GJ_DP_POLL_HELP                                                                          \
-  "microseconds between a rank's tests of its DP gradient sums in flight, from a thread of its " \
-  "own while backward runs (Open MPI moves them on only inside MPI calls: over TCP they "        \
-  "otherwise wait for the end of backward); 0: no such thread"
+#define GJ_DP_POLL_HELP                                                                           \
+  "microseconds a thread of each rank sleeps between its tests of the DP gradient sums in "       \
+  "flight while backward runs (Open MPI moves them on only inside MPI calls: over TCP they "       \
+  "otherwise wait for the end of backward; no thread at DP 1 or with --optimizer-in-backward 1); " \
+  "it needs MPI_THREAD_MULTIPLE; 0 on the command line: no thread, and MPI started without "      \
+  "thread support (for an MPI whose fast transport refuses it, e.g. UCX built without threads)"
 /* The options' check for the optimizer in backward (oib 1): it needs clip 0 and no ZeRO-1. */
 int gj_oib_check(int64_t oib, double clip, int64_t zero);
 /* Collective over the world. A non-finite loss or norm, or without clipping a gradient element
