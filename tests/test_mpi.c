@@ -990,8 +990,8 @@ static int dp_step(gj_dp_sync *s, float *grads) {
  * twice at once (TP 2); two steps in a row (libnbc may reuse a schedule). Then again with the
  * progress thread testing the buckets (a microsecond's sleep between tests), 200 steps, parts
  * reported at once or 50 us apart: its races with the posts and the finish would show as a
- * wrong sum, a hang or a crash; it must have tested, and completed every request of a step at
- * least once on some rank, on its own. */
+ * wrong sum, a hang or a crash. It must have tested, and at least once on some rank found
+ * every request posted so far complete (MPI_Testall's flag: requests it completed itself). */
 START_TEST(test_dp_sum) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
   const size_t n = DP_N;
@@ -1056,7 +1056,7 @@ static uint32_t f32_bits(float f) {
  * With the embedding's range given (its first 10 floats, not a whole number of buckets, held
  * whole as under the optimizer in backward), that range is summed in float32 (at DP 2 a + b
  * exactly, else within (DP - 1) 2^-24 of the magnitudes) and the rest in bf16. With the
- * embedding's range the progress thread tests the buckets (every microsecond). */
+ * embedding's range the progress thread tests the buckets (a microsecond's sleep between tests). */
 START_TEST(test_dp_sum_bf16) {
   int tps[2] = {1, world_size == 4 ? 2 : 0};
   const size_t n = DP_N;
