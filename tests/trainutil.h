@@ -43,6 +43,15 @@ static int gptj(int np, const char *args, const char *log) {
   return sh("timeout -k 10 300 %s -np %d %s/gptj %s >%s 2>&1", MPI_, np, B_, args, log);
 }
 
+/* The datasets (space-separated) of two checkpoints of step `step` (run directories a, b under
+ * OUT) hold the same bits (h5diff without a tolerance: exact equality); 0 if so, else the first
+ * that differs is named on stderr. */
+static int same_datasets(const char *a, const char *b, int step, const char *datasets) __attribute__((unused));
+static int same_datasets(const char *a, const char *b, int step, const char *datasets) {
+  return sh("cd %s && for d in %s; do h5diff -q %s/ckpt-%08d.h5 %s/ckpt-%08d.h5 $d $d || "
+            "{ echo \"%s, %s: $d differs\" >&2; exit 1; }; done", OUT, datasets, a, step, b, step, a, b);
+}
+
 static const char *COMMON __attribute__((unused)) = "--preset tiny --seq-len 32 --lr 1e-3 --warmup 3 --decay-steps 20 --seed 7";
 
 static void run_layout(const char *name, int dp, int tp, const char *extra, double *loss, int steps) __attribute__((unused));
