@@ -205,11 +205,20 @@ static size_t head_numel(const gj_layout *l) { return gj_layout_tail(l, 0)[GJ_TA
 
 /* The activations' list and places for gj_model_create's arguments; *late: the head's weight
  * gradient is written late (gj_model's late_head), where training asks for it (GJ_TRAIN_LATE)
- * or allows it (GJ_TRAIN_ONE) and it makes the arena smaller. Its memory (from its first
- * 64-byte boundary) then holds the buffers act_place puts there. */
+ * or allows it (GJ_TRAIN_ONE) and it makes the arena smaller, or, with the products reading
+ * bf16 (oneDNN) at DP 1, makes it at most an eighth larger. Its memory (from its first 64-byte
+ * boundary) then holds the buffers act_place puts there.
+ * Why the second case: late, the head's weight gradient is one product over every row; in
+ * blocks it is N / GJ_HEAD_ROWS products that each read and write the whole [Vl, D] float
+ * gradient (gptj-125m: 310 MB of traffic for each block's 19.8 GFLOP). At bf16's rate that
+ * traffic shows (AVX512_BF16: 525 GFLOP/s in blocks of 256 rows against 700 over 2048 rows at
+ * once), and a gptj-125m bf16 step at B 8, T 256 runs 3-5% faster late, for 38 MB more; in
+ * float32 it does not (gptj-350m: the head's time the same, 300 MB more). At DP > 1 the late
+ * head's gradients join the DP sums last, after backward, not overlapped with it: there only
+ * memory decides. */
 static int act_layout(gj_acts *a, act_item *fl, act_plan *pl, int *late, const gj_config *c,
-                      const gj_layout *l, int tp, int recompute, int training, int64_t B,
-                      int64_t T, int nthreads) {
+                      const gj_layout *l, int tp, int dp, int recompute, int training,
+                      int64_t B, int64_t T, int nthreads) {
   act_list(a, fl, c, tp, recompute, training != 0, 0, B, T, nthreads);
   GJ_TRY(act_place(pl, fl, 0, c, B, T));
   *late = 0;
@@ -221,7 +230,8 @@ static int act_layout(gj_acts *a, act_item *fl, act_plan *pl, int *late, const g
   size_t cap = head_numel(l) > 16 ? (head_numel(l) - 16) / 16 * 16 : 0;
   act_list(a, f2, c, tp, recompute, 1, 1, B, T, nthreads);
   GJ_TRY(act_place(&p2, f2, cap, c, B, T));
-  if (training == GJ_TRAIN_LATE || p2.arena < pl->arena)
+  if (training == GJ_TRAIN_LATE || p2.arena < pl->arena ||
+      (dp == 1 && gj_gemm_reads_bf16() && p2.arena - pl->arena <= pl->arena / 8))
     memcpy(fl, f2, sizeof f2), *pl = p2, *late = 1;
   return 0;
 }
@@ -247,7 +257,8 @@ int gj_model_sizes(gj_mem_sizes *s, const gj_config *c, int tp, int dp, int zero
   gj_acts dummy;
   act_item fl[GJ_ACT_ITEMS];
   act_plan pl;
-  int rc = act_layout(&dummy, fl, &pl, &s->late_head, c, &l, tp, recompute, training, B, T, nthreads);
+  int rc = act_layout(&dummy, fl, &pl, &s->late_head, c, &l, tp, dp, recompute, training, B, T,
+                      nthreads);
   gj_layout_free(&l);
   if (rc) return rc;
   s->acts = pl.arena * sizeof(float);
@@ -286,7 +297,7 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   act_item fl[GJ_ACT_ITEMS];
   act_plan pl;
   int late;
-  GJ_TRY(act_layout(&m->a, fl, &pl, &late, c, m->lay, tp, recompute, training, Bmax, Tmax,
+  GJ_TRY(act_layout(&m->a, fl, &pl, &late, c, m->lay, tp, g->dp_size, recompute, training, Bmax, Tmax,
                     m->nthreads));
   int64_t R = c->rotary_dim;
   m->act_bytes = pl.arena * sizeof(float);

@@ -69,7 +69,9 @@ enum { GJ_KEEP_ALL = 0, GJ_RECOMPUTE = 1, GJ_DECODE = 2, GJ_FORWARD = 3 };
  * for a trainer whose every step is one micro-batch (its gradients start from zero and the
  * optimizer reads them before the next forward), which lets the network write the vocabulary
  * head's weight gradient late (gj_model's late_head) where that makes the activations'
- * memory smaller. GJ_TRAIN_LATE: always late (tests). */
+ * memory smaller, or, bf16 on oneDNN at DP 1, at most an eighth larger (faster there:
+ * act_layout in gptj.c).
+ * GJ_TRAIN_LATE: always late (tests). */
 enum { GJ_TRAIN = 1, GJ_TRAIN_ONE = 2, GJ_TRAIN_LATE = 3 };
 /* A trainer's mode: GJ_TRAIN_ONE with one micro-batch a step over a gradient block (no
  * optimizer in backward), else GJ_TRAIN. */
