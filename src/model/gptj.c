@@ -297,8 +297,8 @@ int gj_model_create(gj_model *m, gj_state *st, gj_grid *g, int64_t Bmax, int64_t
   act_item fl[GJ_ACT_ITEMS];
   act_plan pl;
   int late;
-  GJ_TRY(act_layout(&m->a, fl, &pl, &late, c, m->lay, tp, g->dp_size, recompute, training, Bmax, Tmax,
-                    m->nthreads));
+  GJ_TRY(act_layout(&m->a, fl, &pl, &late, c, m->lay, tp, g->dp_size, recompute, training, Bmax,
+                    Tmax, m->nthreads));
   int64_t R = c->rotary_dim;
   m->act_bytes = pl.arena * sizeof(float);
   m->act_arena = gj_arena_alloc(m->act_bytes);
