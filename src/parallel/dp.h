@@ -86,7 +86,14 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * non-blocking reduces progress only inside MPI calls, few during backward: measured (gptj-125m,
  * DP 2, one core a rank) 0.40 s of a 1.70 s step left to wait after backward, against 0.02 s of
  * 1.60 s with the all-reduces (a blocking reduce-scatter after backward: 0.88 s of 2.02 s).
- * (Measured before the progress thread, gj_dp_progress, which may change that.) */
+ * With the progress thread (gj_dp_progress) measured again, as MPI_Ireduce of each bucket's
+ * pieces to their range's owner (gptj-125m at B 1, T 128, DP 2 over two network namespaces,
+ * one core a rank, `gptj bench --zero 1`, 5 steps): over a 1 Gbit/s link 7.97 / 8.02 s a step
+ * with the all-reduces against 6.52 / 6.42 s; over the unlimited link 2.74 / 2.76 s against
+ * 2.88 / 3.10 s. At 2 ranks libnbc reduces large messages by its chain algorithm, in 8 KB
+ * fragments, each of which waits for a test of the thread; its binomial one (the whole piece in
+ * one message, OMPI_MCA_coll_libnbc_ireduce_algorithm=2) is the reverse: 2.71 s unlimited,
+ * 7.84 s at 1 Gbit/s. Neither is better on both links, so the all-reduces stay. */
 /* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters), after the
  * update, in place. Measured (gptj-125m, DP 2, one core a rank, three interleaved rounds): the
  * optimizer's time with it 0.095-0.109 s, against 0.204-0.253 s with MPI_Allgather through a
