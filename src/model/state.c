@@ -29,9 +29,19 @@ static void *arena_untouched(size_t bytes, size_t *rounded) {
   return p;
 }
 
+/* Zero [p, p + bytes) by every thread, 2 MB at a time: the first touch of fresh pages is
+ * mostly the kernel's (and a hypervisor's) page faults, which run in parallel (on this 2-core
+ * VM a 2 GB first touch ran at 0.4-2 GB/s on one thread). */
+static void zero_parallel(void *p, size_t bytes) {
+  char *c = p;
+  const size_t chunk = (size_t)2 << 20;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < bytes; i += chunk) memset(c + i, 0, GJ_MIN(chunk, bytes - i));
+}
+
 void *gj_arena_alloc(size_t bytes) {
   void *p = arena_untouched(bytes, &bytes);
-  if (p) memset(p, 0, bytes);
+  if (p) zero_parallel(p, bytes);
   return p;
 }
 
@@ -81,10 +91,10 @@ static int create(gj_state *s, const gj_config *c, const gj_grid *g, int zero, i
     inner_pages(s->arena + np, s->lay.t[0].numel * sizeof(float), &a, &b);
   char *base = (char *)s->arena, *end = base + rounded;
   if (a < b) {
-    memset(base, 0, (char *)a - base);
-    memset((char *)b, 0, end - (char *)b);
+    zero_parallel(base, (size_t)((char *)a - base));
+    zero_parallel((char *)b, (size_t)(end - (char *)b));
   } else {
-    memset(base, 0, rounded);
+    zero_parallel(base, rounded);
   }
   s->params = s->arena;
   if (slot) s->gslot = s->arena + np, s->gslot_n = ng;
