@@ -668,6 +668,54 @@ START_TEST(test_late_head_steps) {
 }
 END_TEST
 
+/* bf16 training under ZeRO-1 gathers the GEMM weights in bfloat16 (gj_dp_gather16): the same
+ * losses and gradient norms as with the float32 all-gather, bit for bit; each rank's own range
+ * of the weights the same bits; outside it the GEMM weights are the bf16 values of the
+ * float32 ones and every other tensor (embedding, LayerNorms, biases) the same bits. With the
+ * embedding's gradient as dense and as rows. */
+START_TEST(test_zero_gather16) {
+  ck_assert_int_eq(gj_gemm_setup(bf16_backend(), GJ_PREC_BF16), 0);
+  gj_config c;
+  tiny(&c, 2);
+  c.vocab_size = 512;
+  gj_layout l;
+  ck_assert_int_eq(gj_layout_build(&l, &c, 1, 0), 0);
+  size_t np, P;
+  gj_state_sizes(l.numel, world_size, 1, &np, &P);
+  const size_t lo = P * (size_t)world_rank, hi = lo + P; /* DP = the world */
+  for (int rows = 0; rows < 2; rows++) {
+    double ln0[6], ln[6];
+    float *p0, *p;
+    size_t n0, n;
+    gj_dp_test_gather_f32(1);
+    run_steps(1, 1, 1, 4 / world_size, 512, rows, 0, ln0, &p0, &n0);
+    gj_dp_test_gather_f32(0);
+    run_steps(1, 1, 1, 4 / world_size, 512, rows, 0, ln, &p, &n);
+    ck_assert_uint_eq(n, n0);
+    for (int s = 0; s < 6; s++) ck_assert_msg(ln[s] == ln0[s], "rows %d: %.9g vs %.9g", rows, ln[s], ln0[s]);
+    size_t n16 = 0, inexact = 0;
+    for (int i = 0; i < l.n; i++) {
+      const gj_tensor *t = &l.t[i];
+      for (size_t e = t->offset; e < t->offset + t->numel; e++) {
+        const int mine = e >= lo && e < hi, h = gj_tensor_has_w16(t) && !mine;
+        gj_bf16 r16;
+        gj_bf16_round(&r16, &p0[e], 1);
+        const float want = h ? gj_bf16_to_f32(r16) : p0[e];
+        ck_assert_msg(!memcmp(&p[e], &want, sizeof(float)), "rows %d: %s element %zu: %.9g, want %.9g (rank %d, own [%zu, %zu))",
+                      rows, t->name, e - t->offset, p[e], want, world_rank, lo, hi);
+        n16 += h, inexact += h && p0[e] != want;
+      }
+    }
+    /* the others' GEMM weights are there, and most of their float32 values are not bf16 ones */
+    ck_assert(n16 > 0 && inexact > n16 / 2);
+    free(p0), free(p);
+  }
+  gj_layout_free(&l);
+  ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
+  gj_gemm_finalize();
+}
+END_TEST
+
 /* bf16 decoding: a decode network holds its KV cache in bfloat16 only (the keys and values
  * rounded once as they enter it); the same bfloat16 operands as a network that keeps float32
  * keys and values and lets the GEMM door round them, so the same greedy ids and the same
@@ -1233,6 +1281,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_blocked_head);
   tcase_add_test(tc, test_late_head);
   tcase_add_test(tc, test_late_head_steps);
+  tcase_add_test(tc, test_zero_gather16);
   tcase_add_test(tc, test_train_step_layouts);
   tcase_add_test(tc, test_huge_gradient_tp);
   tcase_add_test(tc, test_embedding_rows);

@@ -24,6 +24,21 @@ static void expect_close(const double *ref, const double *got, int from, int n, 
   }
 }
 
+/* Two runs of `steps` steps (run directories under OUT) are the same bits: every loss, and the
+ * final checkpoint's parameters and moments of the head, a layer and the embedding. 0 if so. */
+static int same_ckpt(const char *a, const char *b, int steps) {
+  double la[64], lb[64];
+  char run[1300];
+  snprintf(run, sizeof run, "%s/%s", OUT, a);
+  if (read_losses(run, la, 64, NULL) != steps) return -1;
+  snprintf(run, sizeof run, "%s/%s", OUT, b);
+  if (read_losses(run, lb, 64, NULL) != steps) return -1;
+  for (int k = 0; k < steps; k++)
+    if (la[k] != lb[k]) return fprintf(stderr, "%s, %s: step %d: %.9g vs %.9g\n", a, b, k + 1, la[k], lb[k]), -1;
+  return same_datasets(a, b, steps, "/model/lm_head.weight /model/transformer.h.1.mlp.fc_out.weight "
+                       "/model/transformer.wte.weight /optim/exp_avg_sq/transformer.h.0.attn.q_proj.weight");
+}
+
 START_TEST(test_bf16) {
   double f32[64], b11[64], got[64];
   char bz[256];
@@ -35,6 +50,24 @@ START_TEST(test_bf16) {
   expect_close(b11, got, 0, 8, "bf16 (2,2) vs (1,1)");
   ck_assert_int_eq(sh("grep -q '^precision = bf16$' %s/bf_22/config.conf", OUT), 0);
   ck_assert_int_eq(sh("%s/gptj info %s/bf_22/ckpt-00000008.h5 | grep -q 'precision bf16'", B_, OUT), 0);
+  ck_assert_int_eq(sh("grep -q 'ZeRO-1 gathers the GEMM weights in bf16' %s/bf_22.log", OUT), 0);
+  /* ZeRO-1 in bf16 gathers the GEMM weights in bf16, so a rank holds their exact float32
+   * values only in its own range: the checkpoint has them exact, from each owner (4 steps,
+   * then a resume to 8 at (2,2) is the uninterrupted run, bit for bit) */
+  run_layout("bf_z4", 2, 2, bz, got, 4);
+  {
+    char args[2048], run[1300];
+    snprintf(run, sizeof run, "%s/bf_zr", OUT);
+    sh("rm -rf %s && mkdir -p %s && cp %s/bf_z4/ckpt-00000004.h5 %s/ && echo ckpt-00000004.h5 > %s/latest && "
+       "cp %s/bf_z4/metrics.jsonl %s/", run, run, OUT, run, run, OUT, run);
+    snprintf(args, sizeof args, "train %s --data %s --steps 8 --micro-batch 4 --tp 2 --run-dir %s --resume auto %s",
+             COMMON, DATA, run, bz);
+    ck_assert_int_eq(gptj(4, args, "/dev/null"), 0);
+    ck_assert_int_eq(same_ckpt("bf_22", "bf_zr", 8), 0);
+    /* the CRCs of the parameters written by their owners are zlib's of the data */
+    ck_assert_int_eq(sh("cd %s && /usr/bin/python3 %s/tests/ckpt-check.py bf_22/ckpt-00000008.h5 "
+                        "bf_zr/ckpt-00000008.h5", OUT, S_), 0);
+  }
   /* bf16 checkpoint of step 4 at (2,2) -> fp32 at (1,2); fp32 of step 4 at (1,1) -> bf16 at (2,1) */
   run_layout("bf_b4", 2, 2, tu_bf16(), got, 4);
   run_layout("bf_f4", 1, 1, "", got, 4);
@@ -56,21 +89,6 @@ START_TEST(test_bf16) {
   }
 }
 END_TEST
-
-/* Two runs of `steps` steps (run directories under OUT) are the same bits: every loss, and the
- * final checkpoint's parameters and moments of the head, a layer and the embedding. 0 if so. */
-static int same_ckpt(const char *a, const char *b, int steps) {
-  double la[64], lb[64];
-  char run[1300];
-  snprintf(run, sizeof run, "%s/%s", OUT, a);
-  if (read_losses(run, la, 64, NULL) != steps) return -1;
-  snprintf(run, sizeof run, "%s/%s", OUT, b);
-  if (read_losses(run, lb, 64, NULL) != steps) return -1;
-  for (int k = 0; k < steps; k++)
-    if (la[k] != lb[k]) return fprintf(stderr, "%s, %s: step %d: %.9g vs %.9g\n", a, b, k + 1, la[k], lb[k]), -1;
-  return same_datasets(a, b, steps, "/model/lm_head.weight /model/transformer.h.1.mlp.fc_out.weight "
-                       "/model/transformer.wte.weight /optim/exp_avg_sq/transformer.h.0.attn.q_proj.weight");
-}
 
 START_TEST(test_layouts) {
   double ref[64], got[64];
@@ -646,6 +664,22 @@ START_TEST(test_plan_times) {
                 "ZeRO-1 adds %.3f s of DP time, %.3f s exposed", t[1] - t[0], e[1] - e[0]);
   ck_assert_int_eq(sh("grep -q \"the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the "
                       "update does not\" %s", log), 0);
+  /* in bf16 the all-gather sends the GEMM weights in 2 bytes (gj_dp_gather16): ZeRO-1 adds
+   * (4 n - 2 n16) / (4 n) of float32's time, n16 of the n parameters being GEMM weights */
+  double tb[2];
+  for (int z = 0; z < 2; z++) {
+    snprintf(args, sizeof args, "%s --n_embd 512 --n_inner 2048 --n_layer 4 --dp 4 --net-gbps 0.01 --zero %d "
+             "--precision bf16 --gemm openblas", shape, z);
+    ck_assert_int_eq(gptj(0, args, log), 0);
+    tb[z] = plan_value(log, "  DP communication ");
+  }
+  ck_assert_int_eq(sh("grep -q 'and the updated parameters. all-gather, the GEMM weights in bf16' %s", log), 0);
+  const double V = 50400, D = 512, F = 2048, L = 4;
+  const double n16 = L * (4 * D * D + 2 * D * F) + V * D;
+  const double n = n16 + V * D + V + L * (4 * D + F) + 2 * D; /* the embedding, biases, LayerNorms */
+  const double want = (4 * n - 2 * n16) / (4 * n);
+  ck_assert_msg(fabs((tb[1] - tb[0]) / (t[1] - t[0]) - want) < 0.01, "bf16: ZeRO-1 adds %.3f s against %.3f s in fp32, "
+                "expected %.3f of it", tb[1] - tb[0], t[1] - t[0], want);
   /* TP 4 on nodes of 2 ranks: the network's 0.5 GB/s, not the node's 50 */
   snprintf(args, sizeof args, "%s --tp 4 --ranks-per-node 2 --net-gbps 0.5", shape);
   ck_assert_int_eq(gptj(0, args, log), 0);

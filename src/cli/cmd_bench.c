@@ -84,7 +84,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {"steps", GJ_OPT_I64, &o->steps, "measured steps (the median is reported)", 1, 1e6},
       {"warmup", GJ_OPT_I64, &o->warmup, "steps run before measuring", 0, 1e6},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
-      {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1", 0, 1},
+      {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1 (in bf16 the GEMM weights all-gathered as bf16)", 0, 1},
       {"grad-reduce", GJ_OPT_STR, &o->grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"dp-poll-us", GJ_OPT_I64, &o->dp_poll_us, GJ_DP_POLL_HELP, 0, 1000000},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: activation recomputation", 0, 1},
@@ -286,7 +286,7 @@ static int figures(bench_ctx *x, bench_figures *f) {
 static void print_header(const bench_ctx *x) {
   const bench_opts *o = &x->o;
   const gj_modelopts *mo = &x->mo;
-  char dpw[256];
+  char dpw[384];
   gj_trainer_dp_words(&x->tr, o->grad_bf16, (int)o->dp_poll_us, dpw, sizeof dpw);
   gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld%s%s",
           mo->config_file ? mo->config_file : mo->preset, mo->config_file ? "" : " (preset)", (long long)o->B,

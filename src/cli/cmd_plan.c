@@ -56,7 +56,7 @@ int gj_cmd_plan(int argc, char **argv) {
       {"dp", GJ_OPT_I64, &dp, "data-parallel size", 1, 1 << 24},
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
       {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered after "
-       "the update, not overlapped)", 0, 1},
+       "the update, not overlapped; in bf16 the GEMM weights as bf16)", 0, 1},
       {"grad-reduce", GJ_OPT_STR, &grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
@@ -137,7 +137,15 @@ int gj_cmd_plan(int argc, char **argv) {
   /* --grad-reduce bf16: 2 bytes an element but for the embedding's gradient */
   const double gsize = grad_bf16 ? 0.5 : 1;
   double red_bytes = ring(((double)ms.params - emb) * gsize + rows, (int)dp);
-  double ag_bytes = zero ? ring((double)ms.params, (int)dp) / 2 : 0, dp_bytes = red_bytes + ag_bytes;
+  /* ZeRO-1 in bf16 gathers the GEMM weights in bf16 (gj_dp_gather16): 2 bytes an element */
+  double ag16 = 0;
+  if (zero && gp == GJ_PREC_BF16) {
+    gj_layout l;
+    GJ_TRY(gj_layout_build(&l, &c, (int)tp, 0));
+    ag16 = 2.0 * (double)gj_layout_w16_numel(&l);
+    gj_layout_free(&l);
+  }
+  double ag_bytes = zero ? ring((double)ms.params - ag16, (int)dp) / 2 : 0, dp_bytes = red_bytes + ag_bytes;
   if (sgemm_g > 0 && sgemm_g < 1e-3) return GJ_FAIL("--sgemm-gflops: %g is out of range [0.001, 1e9] (0: measure)", sgemm_g);
   omp_set_num_threads((int)threads); /* the GEMM rate on --threads threads, as the bandwidth */
   double rate = sgemm_g > 0 ? sgemm_g * 1e9 : gj_sgemm_model_rate(&c, GJ_MIN(N, 1024), (int)tp, 0.2);
@@ -194,7 +202,8 @@ int gj_cmd_plan(int argc, char **argv) {
          recompute ? ", plus the recomputed forward" : "");
   printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s%s)\n",
          tp_bytes, dp_bytes, grad_bf16 ? " in bf16 but the embedding's" : "",
-         zero ? ", and the updated parameters' all-gather" : "");
+         !zero ? "" : ag16 > 0 ? ", and the updated parameters' all-gather, the GEMM weights in bf16"
+                               : ", and the updated parameters' all-gather");
   printf("time per step (estimate):\n");
   printf("  compute           %12.3f s at %.1f GFLOP/s per rank (%s%s)\n", t_comp, rate / 1e9,
          sgemm_g > 0 ? "given" : "measured here on the model's shapes: ", sgemm_g > 0 ? "" : gj_gemm_describe());

@@ -52,7 +52,8 @@ static gj_opt *train_table(train_opts *o) {
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"precision", GJ_OPT_STR, &o->precision, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
-      {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks", 0, 1},
+      {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks (the updated parameters "
+       "all-gathered after the update; in bf16 the GEMM weights as bf16, half their bytes, the same training bit for bit)", 0, 1},
       {"grad-reduce", GJ_OPT_STR, &o->grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"dp-poll-us", GJ_OPT_I64, &o->dp_poll_us, GJ_DP_POLL_HELP, 0, 1000000},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: recompute each layer's activations in backward (less memory)", 0, 1},
@@ -436,7 +437,7 @@ static double print_summary(const train_ctx *x) {
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how);
   gj_info("peak: %.1f GFLOP/s per rank (%s on %d threads); GEMM: %s", peak / 1e9, peak_how,
           omp_get_max_threads(), gj_gemm_describe());
-  char dpw[256];
+  char dpw[384];
   gj_trainer_dp_words(&x->tr, x->o.grad_bf16, (int)x->o.dp_poll_us, dpw, sizeof dpw);
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d%s",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,

@@ -133,6 +133,8 @@ static int write_blocks(hid_t f, const char *tmp, gj_state *st, gj_grid *g, int 
       dset_path(p, sizeof p, b, t);
       if (b && st->zero)
         rc = gj_ckpttensor_write_owned(f, wfd, p, st, g, t, blocks[b], compress, dxpl);
+      else if (!b && st->params16) /* exact only in each owner's range (gj_dp_gather16) */
+        rc = gj_ckpttensor_write_owned(f, wfd, p, st, g, t, st->params + st->lo, compress, dxpl);
       else
         rc = gj_ckpttensor_write(f, wfd, p, g, t, blocks[b] + t->offset - (b ? st->lo : 0), compress, dxpl);
       /* A failed write (a full disk) may show on some ranks only: agree before the next

@@ -189,4 +189,11 @@ int gj_tensor_has_w16(const gj_tensor *t) {
   return t->ndim == 2 && strcmp(t->name, "transformer.wte.weight") != 0;
 }
 
+size_t gj_layout_w16_numel(const gj_layout *l) {
+  size_t n = 0;
+  for (int i = 0; i < l->n; i++)
+    if (gj_tensor_has_w16(&l->t[i])) n += l->t[i].numel;
+  return n;
+}
+
 int gj_tensor_resident16(const gj_tensor *t) { return t->ndim == 2; }

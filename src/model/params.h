@@ -120,6 +120,8 @@ void gj_layout_ptrs_parts(const gj_layout *l, const gj_config *c, float *slot, g
 /* The tensors that bf16 precision multiplies from bfloat16 copies: the GEMM weights, every
  * 2-D tensor but the embedding (a lookup table). */
 int gj_tensor_has_w16(const gj_tensor *t);
+/* The elements of l's tensors that have a bf16 copy (gj_tensor_has_w16): the GEMM weights. */
+size_t gj_layout_w16_numel(const gj_layout *l);
 /* The tensors a bf16-resident state (inference in bf16, gj_state_create_weights16) holds in
  * bfloat16 only: the GEMM weights and the embedding (its lookup widens the rows it reads). */
 int gj_tensor_resident16(const gj_tensor *t);

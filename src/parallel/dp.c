@@ -159,10 +159,10 @@ void gj_dp_free(gj_dp_sync *s) {
     pthread_cond_destroy(&s->cv), pthread_mutex_destroy(&s->mu);
     s->th_made = 0;
   }
-  free(s->req), free(s->greq), free(s->rng), free(s->stage);
+  free(s->req), free(s->greq), free(s->rng), free(s->stage), free(s->g16);
   if (s->op_made) MPI_Op_free(&s->op); /* a zeroed gj_dp_sync (never initialised) has none */
   s->op_made = 0;
-  s->req = s->greq = NULL, s->rng = NULL, s->stage = NULL;
+  s->req = s->greq = NULL, s->rng = NULL, s->stage = NULL, s->g16 = NULL, s->g16n = 0;
 }
 
 void gj_dp_begin(gj_dp_sync *s) {
@@ -269,10 +269,13 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n) {
 
 /* Each rank's range goes as pieces of at most a bucket, each broadcast in place by its owner
  * (no staging copy; every count fits an int), all started at once, then waited for. */
+static int allgather16(gj_dp_sync *s, float *buf, size_t P);
+
 int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
   gj_grid *g = s->g;
   const int dp = g->dp_size;
   if (dp == 1) return 0;
+  if (s->g16n) return allgather16(s, buf, P);
   int n = 0;
   for (int r = 0; r < dp; r++)
     for (size_t k = 0; k < P; k += s->bucket) {
@@ -283,5 +286,97 @@ int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P) {
       n++;
     }
   GJ_MPI_TRY(MPI_Waitall(n, s->greq, MPI_STATUSES_IGNORE), "MPI_Waitall(parameters)");
+  return 0;
+}
+
+/* ---- ZeRO-1's all-gather with the GEMM weights in bfloat16 ---- */
+
+static int g_gather_f32; /* gj_dp_test_gather_f32 */
+
+void gj_dp_test_gather_f32(int on) { g_gather_f32 = on; }
+
+int gj_dp_gather16(gj_dp_sync *s, const gj_layout *l) {
+  if (g_gather_f32 || s->g->dp_size == 1) return 0;
+  if (!s->grads) return GJ_FAIL("internal: the bf16 all-gather stages in the gradient block");
+  free(s->g16);
+  s->g16 = malloc(2 * (size_t)l->n * sizeof(size_t) + 1);
+  if (!s->g16) return GJ_FAIL("out of memory");
+  s->g16n = 0;
+  for (int i = 0; i < l->n; i++) { /* the table's order is the block's: runs, adjacent ones joined */
+    const gj_tensor *t = &l->t[i];
+    if (!gj_tensor_has_w16(t) || !t->numel) continue;
+    if (s->g16n && s->g16[2 * s->g16n - 1] == t->offset) s->g16[2 * s->g16n - 1] += t->numel;
+    else s->g16[2 * s->g16n] = t->offset, s->g16[2 * s->g16n + 1] = t->offset + t->numel, s->g16n++;
+  }
+  return 0;
+}
+
+/* From x (below end): the end of the stretch of one kind, at most a bucket; *h = 1 inside a
+ * bf16 range. */
+static size_t stretch(const gj_dp_sync *s, size_t x, size_t end, int *h) {
+  size_t lo = 0, hi = s->g16n; /* the first range that ends above x */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->g16[2 * mid + 1] <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  *h = lo < s->g16n && s->g16[2 * lo] <= x;
+  size_t y = lo == s->g16n ? end : GJ_MIN(end, s->g16[2 * lo + *h]);
+  return GJ_MIN(y, x + s->bucket);
+}
+
+/* One more all-gather request: the array grows as needed. */
+static MPI_Request *greq_slot(gj_dp_sync *s, int n) {
+  if (n == s->gcap) {
+    if (s->gcap > INT32_MAX / 2) return NULL;
+    MPI_Request *r = realloc(s->greq, 2 * (size_t)s->gcap * sizeof(MPI_Request));
+    if (!r) return NULL;
+    s->greq = r, s->gcap *= 2;
+  }
+  return &s->greq[n];
+}
+
+/* Every stretch of one kind a piece broadcast by its owner, all at once: float32 ones in place;
+ * a bf16 stretch [x, y) through the first half of the gradient block's [x, y), idle between the
+ * update and the next step's backward (which zeroes it first), never the embedding's rows
+ * (float32): the owner rounds into it, the others receive there and widen into place once
+ * everything has arrived. */
+static int allgather16(gj_dp_sync *s, float *buf, size_t P) {
+  gj_grid *g = s->g;
+  const int dp = g->dp_size, me = g->dp_rank;
+  int n = 0;
+  for (int r = 0; r < dp; r++)
+    for (size_t x = (size_t)r * P, y, b = x + P; x < b; x = y) {
+      int h;
+      y = stretch(s, x, b, &h);
+      MPI_Request *q = greq_slot(s, n);
+      if (!q) return GJ_FAIL("out of memory for the all-gather's requests");
+      int e;
+      if (!h) {
+        e = MPI_Ibcast(buf + x, (int)(y - x), MPI_FLOAT, r, g->dp, q);
+      } else {
+        uint16_t *st = (uint16_t *)(s->grads + x);
+        if (r == me) {
+#pragma omp parallel for schedule(static)
+          for (size_t c = x; c < y; c += STAGE_PIECE)
+            gj_bf16_round(st + (c - x), buf + c, GJ_MIN((size_t)STAGE_PIECE, y - c));
+        }
+        e = MPI_Ibcast(st, (int)(y - x), MPI_UINT16_T, r, g->dp, q);
+      }
+      GJ_MPI_TRY(e, h ? "MPI_Ibcast(parameters, bf16)" : "MPI_Ibcast(parameters)");
+      n++;
+    }
+  GJ_MPI_TRY(MPI_Waitall(n, s->greq, MPI_STATUSES_IGNORE), "MPI_Waitall(parameters)");
+  for (int r = 0; r < dp; r++) {
+    if (r == me) continue;
+    for (size_t x = (size_t)r * P, y, b = x + P; x < b; x = y) {
+      int h;
+      y = stretch(s, x, b, &h);
+      if (!h) continue;
+      const uint16_t *st = (const uint16_t *)(s->grads + x);
+#pragma omp parallel for schedule(static)
+      for (size_t i = x; i < y; i++) buf[i] = gj_bf16_to_f32(st[i - x]);
+    }
+  }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/params.h"
 #include "model/rowgrad.h"
 #include "parallel/grid.h"
 
@@ -28,6 +29,10 @@ typedef struct {
   size_t skip;
   MPI_Request *greq; /* ZeRO-1's all-gather: one a piece */
   int gcap;
+  /* gj_dp_gather16: the block's ranges [g16[2i], g16[2i+1]) that the all-gather sends in
+   * bfloat16 (g16n of them, sorted) */
+  size_t *g16;
+  size_t g16n;
   int bf16;          /* --grad-reduce bf16: each bucket is rounded to bfloat16 into the first half
                       * of its own bytes, summed so (every partial sum rounded to bfloat16) and
                       * widened back in place when it is waited for */
@@ -101,5 +106,17 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * Open MPI progresses non-blocking collectives only inside MPI calls, which a forward at TP 1
  * does not make (tried: the pieces completed in the first MPI call after the step). */
 int gj_dp_allgather(gj_dp_sync *s, float *buf, size_t P);
+/* bf16 training under ZeRO-1: from now on the all-gather sends the GEMM weights of table l
+ * (gj_tensor_has_w16) in bfloat16, half their bytes, the rest (the embedding, LayerNorms,
+ * biases) in float32. Each owner rounds its range's weights, nearest even, as the GEMM door
+ * rounds every operand in bf16; the other ranks widen them into place. Every product then
+ * reads the bits it would have read after a float32 all-gather, so training is the same bit
+ * for bit; what differs is that a rank holds the exact float32 values of those weights only in
+ * its own range (the checkpoint writes each range from its owner: gj_state's params16). The bf16
+ * values travel through the gradient block (s's grads, which must exist), idle from the update
+ * to the next step's backward: no staging memory. */
+int gj_dp_gather16(gj_dp_sync *s, const gj_layout *l);
+/* For tests: gj_trainer_init leaves ZeRO-1's all-gather in float32 in bf16 training too. */
+void gj_dp_test_gather_f32(int on);
 
 #endif

@@ -20,6 +20,13 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   int rc = t->ids && t->tg ? 0 : GJ_FAIL("out of memory for a micro-batch of %zu tokens", N);
   if (!rc) rc = gj_dp_init(&t->dp, g, st->grads, st->numel_pad, st->erows, st->lay.t[0].numel, 0,
                             grad_bf16);
+  /* bf16 training: ZeRO-1's all-gather sends the GEMM weights in bf16, which is all the
+   * products read of them (the same bits as after a float32 all-gather) */
+  st->params16 = 0;
+  if (!rc && st->zero && gj_gemm_precision() == GJ_PREC_BF16) {
+    rc = gj_dp_gather16(&t->dp, &st->lay);
+    st->params16 = t->dp.g16n > 0;
+  }
   /* the optimizer in backward sums each part at once (gj_dp_sum): nothing in flight to test */
   if (!rc) rc = gj_dp_progress(&t->dp, t->oib ? 0 : dp_poll_us, &t->dp_polled);
   if (rc) gj_trainer_free(t);
@@ -42,7 +49,8 @@ void gj_trainer_dp_words(const gj_trainer *t, int grad_bf16, int dp_poll_us, cha
   else if (dp_poll_us == 0) snprintf(poll, sizeof poll, "; no DP progress thread (--dp-poll-us 0)");
   else if (t->oib) snprintf(poll, sizeof poll, "; no DP progress thread (the optimizer in backward sums each part at once)");
   else snprintf(poll, sizeof poll, "; no DP progress thread: the MPI library gives no MPI_THREAD_MULTIPLE");
-  snprintf(buf, n, "%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "", poll);
+  snprintf(buf, n, "%s%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "",
+           t->dp.g16n ? "; ZeRO-1 gathers the GEMM weights in bf16 (all the products read)" : "", poll);
 }
 
 int gj_grad_reduce_parse(const char *s, int *bf16) {
