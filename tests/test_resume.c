@@ -285,16 +285,6 @@ START_TEST(test_kill_one_rank) {
 }
 END_TEST
 
-/* A fresh tmpfs of mb MB at OUT/sub (its path into dir): 0, or 1 where none can be mounted
- * (not root), which the case then says, naming itself, and does not run. */
-static int small_fs(char *dir, size_t n, const char *sub, int mb, const char *test) {
-  snprintf(dir, n, "%s/%s", OUT, sub);
-  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
-  if (!sh("mount -t tmpfs -o size=%dm tmpfs %s 2>/dev/null", mb, dir)) return 0;
-  fprintf(stderr, "%s: cannot mount a tmpfs here (not root?): case not run\n", test);
-  return 1;
-}
-
 /* A full disk during a checkpoint write: a clear error and a non-zero exit on every rank, no
  * hang, the previous checkpoint intact and still `latest`, nothing under the new final name.
  * Needs a small tmpfs (root); elsewhere the case says it cannot run. */

@@ -497,6 +497,36 @@ START_TEST(test_generate_tokens) {
                       "grep -q 'note: the context' %s.err && ! grep -q '[a-z]' %s", B_, ck, log, log, log, log), 0);
   ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 2 > /dev/full 2>%s.err; "
                       "test $? -eq 1 && grep -q 'gptj generate: error: stdout: write error' %s.err", B_, ck, log, log), 0);
+  /* --out: the same bytes as stdout, under a temporary name until complete; a device, a
+   * directory or the checkpoint itself refused before any work; a full disk an error naming the
+   * file, with no file and no temporary left, under mpirun too (whose forwarded stdout cannot
+   * report one) */
+  ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 --max-new-tokens 4 "
+                      ">%s.a 2>/dev/null && %s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 "
+                      "--max-new-tokens 4 --out %s.b 2>/dev/null && cmp %s.a %s.b && ! ls %s.b.tmp* 2>/dev/null",
+                      B_, OUT, log, B_, OUT, log, log, log, log), 0);
+  struct { const char *out, *msg; } bad[] = {{"/dev/full", "--out /dev/full: exists and is not a regular file"},
+                                             {OUT, "is a directory, expected a file name"},
+                                             {ck, "refusing to overwrite an input"}};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 2 --out %s "
+                        ">/dev/null 2>%s.err; test $? -eq 1 && test $(wc -l < %s.err) -eq 1 && grep -q -- '%s' %s.err",
+                        B_, ck, bad[i].out, log, log, bad[i].msg, log), 0);
+  char fs[1300];
+  if (!small_fs(fs, sizeof fs, "genfs", 1, "test_generate_tokens (--out on a full disk)")) {
+    int full = sh("head -c 2M /dev/zero > %s/fill 2>/dev/null; %s/gptj generate --checkpoint %s --prompt-ids 464 --ids "
+                  "--max-new-tokens 2 --out %s/g.txt >/dev/null 2>%s.err; test $? -eq 1 && "
+                  "grep -q 'error: --out %s/g.txt: write error: No space left on device' %s.err && test \"$(ls %s)\" = fill",
+                  fs, B_, ck, fs, log, fs, log, fs);
+    snprintf(args, sizeof args, "generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 2 --tp 2 --out %s/g.txt",
+             ck, fs);
+    int rc = gptj(2, args, log);
+    int mpi = rc != 0 && rc < 124 && !sh("grep -q 'error: --out %s/g.txt: write error: No space left on device' %s && "
+                                          "test \"$(ls %s)\" = fill", fs, log, fs);
+    sh("umount %s", fs);
+    ck_assert_msg(!full, "--out on a full disk: no error, or a file left");
+    ck_assert_msg(mpi, "--out on a full disk under mpirun: exit %d, no error, or a file left", rc);
+  }
   ck_assert_int_eq(sh("%s/gptj eval --checkpoint %s/huge.h5 --data %s --max-windows 4 >%s 2>%s.err; test $? -eq 1 && "
                       "test $(wc -l < %s.err) -eq 1 && grep -q \"logits are not finite\" %s.err", B_, OUT, DATA, log, log, log, log), 0);
 }

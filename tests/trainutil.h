@@ -68,6 +68,17 @@ static void run_layout(const char *name, int dp, int tp, const char *extra, doub
   ck_assert_int_eq(read_losses(run, loss, 64, NULL), steps);
 }
 
+/* A fresh tmpfs of mb MB at OUT/sub (its path into dir): 0, or 1 where none can be mounted
+ * (not root), which the case then says, naming itself, and does not run. */
+static int small_fs(char *dir, size_t n, const char *sub, int mb, const char *test) __attribute__((unused));
+static int small_fs(char *dir, size_t n, const char *sub, int mb, const char *test) {
+  snprintf(dir, n, "%s/%s", OUT, sub);
+  sh("umount %s 2>/dev/null; mkdir -p %s", dir, dir);
+  if (!sh("mount -t tmpfs -o size=%dm tmpfs %s 2>/dev/null", mb, dir)) return 0;
+  fprintf(stderr, "%s: cannot mount a tmpfs here (not root?): case not run\n", test);
+  return 1;
+}
+
 static void expect_same(const double *ref, const double *got, int n, const char *what) __attribute__((unused));
 static void expect_same(const double *ref, const double *got, int n, const char *what) {
   for (int i = 0; i < n; i++) {

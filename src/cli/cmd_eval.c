@@ -17,6 +17,7 @@
 #include "io/blend.h"
 #include "io/dataset.h"
 #include "io/megatron.h"
+#include "io/outfile.h"
 #include "io/filekind.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
@@ -322,28 +323,51 @@ static int extend(gj_model *m, gj_ids *ids, int64_t max_new, int64_t Vreal, samp
   return rc;
 }
 
-/* Rank 0's output: every id, or the text: the prompt as given (--prompt) or decoded
- * (--prompt-ids), then the new ids' bytes, all of them (a NUL byte is a byte like another). */
-static int print_generated(const gj_ids *ids, size_t n_prompt, int print_ids, const char *prompt,
+/* Rank 0's output into f: every id, or the text: the prompt as given (--prompt) or decoded
+ * (--prompt-ids), then the new ids' bytes, all of them (a NUL byte is a byte like another).
+ * A write error is the caller's to see (ferror). */
+static int print_generated(FILE *f, const gj_ids *ids, size_t n_prompt, int print_ids, const char *prompt,
                            gj_tokenizer *tok) {
   int rc = 0;
   if (print_ids) {
-    for (size_t i = 0; i < ids->n; i++) printf(i ? " %d" : "%d", ids->v[i]);
-    printf("\n");
+    for (size_t i = 0; i < ids->n; i++) fprintf(f, i ? " %d" : "%d", ids->v[i]);
+    fputc('\n', f);
   } else {
     gj_bytes out = {0};
     if (prompt) rc = gj_bytes_append(&out, prompt, strlen(prompt));
     if (!rc) rc = gj_tokenizer_decode(tok, ids->v + (prompt ? n_prompt : 0), ids->n - (prompt ? n_prompt : 0), &out);
-    if (!rc) fwrite(out.v, 1, out.n, stdout), putchar('\n');
+    if (!rc) fwrite(out.v, 1, out.n, f), fputc('\n', f);
     free(out.v);
   }
-  fflush(stdout);
+  fflush(f);
   return rc;
+}
+
+/* --out: the output into a temporary beside the file, synced and renamed into place only when
+ * every byte is written (gj_outfile). */
+static int write_generated(const char *path, const gj_ids *ids, size_t n_prompt, int print_ids,
+                           const char *prompt, gj_tokenizer *tok) {
+  gj_outfile of;
+  GJ_TRY(gj_outfile_begin(&of, path));
+  FILE *f = fopen(of.tmp, "w");
+  if (!f) {
+    int e = errno;
+    return gj_outfile_abort(&of), GJ_FAIL("--out %s: cannot create %s: %s", path, of.tmp, strerror(e));
+  }
+  errno = 0;
+  int rc = print_generated(f, ids, n_prompt, print_ids, prompt, tok), e = errno;
+  int bad = ferror(f);
+  if (fclose(f) && !bad) bad = 1, e = errno;
+  if (rc || bad) {
+    gj_outfile_abort(&of);
+    return rc ? rc : GJ_FAIL("--out %s: write error: %s", path, e ? strerror(e) : "a write failed");
+  }
+  return gj_outfile_commit(&of);
 }
 
 int gj_cmd_generate(int argc, char **argv) {
   const char *ckpt = NULL, *hf = NULL, *prompt = NULL, *prompt_ids = NULL, *dir = gj_tokenizer_default_dir();
-  const char *gemm = "auto", *prec = "fp32";
+  const char *gemm = "auto", *prec = "fp32", *out = NULL;
   int64_t tp = 1, max_new = 64, topk = 0, seed = 1234;
   double temp = 0.8, topp = 0.95, mem_gb = 0;
   int print_ids = 0;
@@ -361,6 +385,9 @@ int gj_cmd_generate(int argc, char **argv) {
       {"ids", GJ_OPT_FLAG, &print_ids, "print the token ids instead of text (with --prompt-ids the vocabulary "
        "files are not read: GPT-2's 50,257 ids are the tokens, 50256 ends the text)", 1, 0},
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
+      {"out", GJ_OPT_STR, &out, "write the output to this file instead of stdout (under a temporary name, synced, "
+       "renamed into place when complete): a write error such as a full disk is then an error, which stdout "
+       "under mpirun or srun, forwarded by the launcher, cannot report", 1, 0},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
@@ -386,6 +413,10 @@ int gj_cmd_generate(int argc, char **argv) {
   }
   rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
                               : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
+  if (!rc && out && gj_comm_rank(gj_comm_world()) == 0) { /* before the work; rank 0 writes it */
+    gj_file_ref in = {"--checkpoint", ckpt};
+    rc = gj_outfile_plan(&(gj_file_ref){"--out", out}, 1, &in, ckpt ? 1 : 0);
+  }
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, GJ_DECODE, gemm, prec, mem_gb,
                   "use more ranks with --tp (generate holds the KV cache of the whole context)");
@@ -400,7 +431,9 @@ int gj_cmd_generate(int argc, char **argv) {
   sampler sm = {temp, topp, topk, (uint64_t)seed};
   size_t n_prompt = ids.n;
   rc = extend(&m, &ids, max_new, Vreal, &sm, full, work);
-  if (!rc && g.rank == 0) rc = print_generated(&ids, n_prompt, print_ids, prompt, tok);
+  if (!rc && g.rank == 0)
+    rc = out ? write_generated(out, &ids, n_prompt, print_ids, prompt, tok)
+             : print_generated(stdout, &ids, n_prompt, print_ids, prompt, tok);
 done:
   free(full), free(work), free(ids.v);
   gj_tokenizer_free(tok);
