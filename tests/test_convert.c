@@ -522,6 +522,11 @@ START_TEST(test_random_hf) {
   free(want), free(got);
   gj_layout_free(&l);
   ck_assert_int_eq(sh("%s/gptj generate --hf %s --prompt-ids 1,2 --ids --max-new-tokens 3 >/dev/null 2>&1", B_, d), 0);
+  /* generate --out refuses to replace a file the model is read from, before any work */
+  ck_assert_int_eq(sh("cp %s/model-00001-of-%05d.safetensors %s/sh1.bak && "
+                      "%s/gptj generate --hf %s --prompt-ids 1,2 --ids --max-new-tokens 3 --out %s/model-00001-of-%05d.safetensors "
+                      ">/dev/null 2>%s/gen-out.err; test $? -eq 1 && grep -q 'refusing to overwrite an input' %s/gen-out.err && "
+                      "cmp %s/sh1.bak %s/model-00001-of-%05d.safetensors", d, nsh, OUT, B_, d, d, nsh, OUT, OUT, OUT, d, nsh), 0);
   /* bad shapes are refused by the model's checks */
   ck_assert_int_eq(sh("%s/gptj random-hf --preset tiny --n_head 3 --out %s/rhf-bad >/dev/null 2>&1", B_, OUT), 1);
 }

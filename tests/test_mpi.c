@@ -672,7 +672,7 @@ END_TEST
  * losses and gradient norms as with the float32 all-gather, bit for bit; each rank's own range
  * of the weights the same bits; outside it the GEMM weights are the bf16 values of the
  * float32 ones and every other tensor (embedding, LayerNorms, biases) the same bits. With the
- * embedding's gradient as dense and as rows. */
+ * embedding's gradient as dense and as rows, and with a late head gradient. */
 START_TEST(test_zero_gather16) {
   ck_assert_int_eq(gj_gemm_setup(bf16_backend(), GJ_PREC_BF16), 0);
   gj_config c;
@@ -683,7 +683,9 @@ START_TEST(test_zero_gather16) {
   size_t np, P;
   gj_state_sizes(l.numel, world_size, 1, &np, &P);
   const size_t lo = P * (size_t)world_rank, hi = lo + P; /* DP = the world */
-  for (int rows = 0; rows < 2; rows++) {
+  for (int k = 0; k < 3; k++) {
+    const int rows = k == 1; /* k 2: a late head gradient, whose memory holds activations */
+    steps_mode = k == 2 ? GJ_TRAIN_LATE : GJ_TRAIN;
     double ln0[6], ln[6];
     float *p0, *p;
     size_t n0, n;
@@ -710,6 +712,7 @@ START_TEST(test_zero_gather16) {
     ck_assert(n16 > 0 && inexact > n16 / 2);
     free(p0), free(p);
   }
+  steps_mode = GJ_TRAIN;
   gj_layout_free(&l);
   ck_assert_int_eq(gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32), 0);
   gj_gemm_finalize();
@@ -1043,6 +1046,55 @@ START_TEST(test_dp_gather) {
 }
 END_TEST
 
+/* ZeRO-1's all-gather with the GEMM weights in bf16 (gj_dp_gather16) in pieces of at most 7
+ * floats, cut at the ranges' ends and at the tensors' (a model of 1 layer, D 16), at DP = the
+ * world and, on 4 ranks, TP 2: each rank's own range untouched, every other float its owner's,
+ * the GEMM weights' as their bf16 values; twice in a row (the staging is the gradient block). */
+START_TEST(test_dp_gather16) {
+  int tps[2] = {1, world_size == 4 ? 2 : 0};
+  gj_config c;
+  gj_config_preset(&c, "tiny");
+  c.vocab_size = 10, c.n_layer = 1, c.n_embd = 16, c.n_head = 2, c.rotary_dim = 4, c.n_inner = 32;
+  for (int ti = 0; ti < 2; ti++) {
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    gj_layout l;
+    ck_assert_int_eq(gj_layout_build(&l, &c, g.tp_size, g.tp_rank), 0);
+    size_t n, P;
+    gj_state_sizes(l.numel, g.dp_size, 1, &n, &P);
+    unsigned char *w16 = calloc(n, 1);
+    for (int i = 0; i < l.n; i++)
+      if (gj_tensor_has_w16(&l.t[i])) memset(w16 + l.t[i].offset, 1, l.t[i].numel);
+    float *buf = malloc(n * sizeof(float)), *grads = calloc(n, sizeof(float));
+    gj_dp_sync s;
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, 0, 7, 0), 0);
+    ck_assert_int_eq(gj_dp_gather16(&s, &l), 0);
+    ck_assert_uint_gt(s.g16n, 0);
+    int bad = 0, rcs = 0, h = 0;
+    for (int round = 0; round < 2; round++) {
+      const float tag = (float)(1000 * (round + 1) + 100 * g.tp_rank);
+      /* values no bfloat16 holds: the rounding shows */
+      for (size_t i = 0; i < n; i++) buf[i] = i / P == (size_t)g.dp_rank ? tag + (float)i + 1.0f / 3 : -1.0f;
+      rcs |= gj_dp_allgather(&s, buf, P);
+      for (size_t i = 0; i < n; i++) {
+        const float v = tag + (float)i + 1.0f / 3;
+        gj_bf16 r;
+        gj_bf16_round(&r, &v, 1);
+        const int other16 = w16[i] && i / P != (size_t)g.dp_rank;
+        bad += buf[i] != (other16 ? gj_bf16_to_f32(r) : v), h += other16;
+      }
+    }
+    ck_assert(h > 0);
+    gj_dp_free(&s);
+    free(buf), free(grads), free(w16);
+    gj_layout_free(&l);
+    gj_grid_free(&g);
+    dp_verdict(rcs, bad, tps[ti], "not their owner's (or its bf16 value) after the bf16 all-gather");
+  }
+}
+END_TEST
+
 /* The parts a DP test's backward reports (1 to 40 floats), top down, then the finish: one
  * step of the bucketed sum over DP_N floats. */
 enum { DP_N = 70 };
@@ -1261,6 +1313,8 @@ END_TEST
  * tests run in one process: CK_NOFORK). */
 static void gemm_default(void) {
   if (gj_gemm_setup(GJ_GEMM_OPENBLAS, GJ_PREC_F32)) ck_abort_msg("gj_gemm_setup: %s", gj_errmsg());
+  gj_dp_test_gather_f32(0); /* whatever a failed test left */
+  steps_mode = GJ_TRAIN;
 }
 
 int main(int argc, char **argv) {
@@ -1293,6 +1347,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_gather_ordered);
   tcase_add_test(tc, test_allgather_vocab);
   tcase_add_test(tc, test_dp_gather);
+  tcase_add_test(tc, test_dp_gather16);
   tcase_add_test(tc, test_dp_sum);
   tcase_add_test(tc, test_dp_sum_bf16);
   tcase_add_test(tc, test_tp_argmax);

@@ -343,6 +343,32 @@ static int print_generated(FILE *f, const gj_ids *ids, size_t n_prompt, int prin
   return rc;
 }
 
+/* --out before any work: its directory exists, and it is none of the inputs (the checkpoint,
+ * the Hugging Face files, the vocabulary files where they are read). Rank 0's check. */
+static int plan_out(const char *out, const char *ckpt, const char *hf, const char *vocab_dir) {
+  enum { MAXIN = GJ_HF_MAX_SHARDS + 4 };
+  gj_file_ref ins[MAXIN];
+  char enc[GJ_PATH_BUF], bpe[GJ_PATH_BUF];
+  int n = 0;
+  if (ckpt) ins[n++] = (gj_file_ref){"--checkpoint", ckpt};
+  gj_hf h;
+  int hf_open = 0;
+  if (hf) {
+    gj_config c;
+    GJ_TRY(gj_hf_open(&h, hf, &c));
+    hf_open = 1;
+    n += gj_hf_inputs(&h, ins + n, MAXIN - 2 - n);
+  }
+  if (vocab_dir) {
+    snprintf(enc, sizeof enc, "%s/encoder.json", vocab_dir);
+    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", vocab_dir);
+    ins[n++] = (gj_file_ref){"--vocab-dir", enc}, ins[n++] = (gj_file_ref){"--vocab-dir", bpe};
+  }
+  int rc = gj_outfile_plan(&(gj_file_ref){"--out", out}, 1, ins, n);
+  if (hf_open) gj_hf_close(&h);
+  return rc;
+}
+
 /* --out: the output into a temporary beside the file, synced and renamed into place only when
  * every byte is written (gj_outfile). */
 static int write_generated(const char *path, const gj_ids *ids, size_t n_prompt, int print_ids,
@@ -413,10 +439,8 @@ int gj_cmd_generate(int argc, char **argv) {
   }
   rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
                               : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
-  if (!rc && out && gj_comm_rank(gj_comm_world()) == 0) { /* before the work; rank 0 writes it */
-    gj_file_ref in = {"--checkpoint", ckpt};
-    rc = gj_outfile_plan(&(gj_file_ref){"--out", out}, 1, &in, ckpt ? 1 : 0);
-  }
+  if (!rc && out && gj_comm_rank(gj_comm_world()) == 0) /* before the work; rank 0 writes it */
+    rc = plan_out(out, ckpt, hf, tok ? dir : NULL);
   if ((rc = gj_agree(gj_comm_world(), rc))) goto done;
   rc = load_model(&st, &m, &g, ckpt, hf, tp, 1, &T, GJ_DECODE, gemm, prec, mem_gb,
                   "use more ranks with --tp (generate holds the KV cache of the whole context)");

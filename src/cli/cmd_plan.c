@@ -139,7 +139,7 @@ int gj_cmd_plan(int argc, char **argv) {
   double red_bytes = ring(((double)ms.params - emb) * gsize + rows, (int)dp);
   /* ZeRO-1 in bf16 gathers the GEMM weights in bf16 (gj_dp_gather16): 2 bytes an element */
   double ag16 = 0;
-  if (zero && gp == GJ_PREC_BF16) {
+  if (zero && dp > 1 && gp == GJ_PREC_BF16) {
     gj_layout l;
     GJ_TRY(gj_layout_build(&l, &c, (int)tp, 0));
     ag16 = 2.0 * (double)gj_layout_w16_numel(&l);

@@ -26,9 +26,9 @@ typedef struct {
   float *m, *v;           /* AdamW moments of [lo, lo + n) */
   size_t numel_pad, lo, n;
   int zero;               /* ZeRO-1: the moments are this DP rank's share */
-  int params16;           /* ZeRO-1 in bf16 (gj_dp_gather16): outside [lo, lo + n) the GEMM
-                           * weights hold their bf16 values; the checkpoint writes each range's
-                           * parameters from its owner */
+  int params16;           /* set by the first ZeRO-1 all-gather in bf16 (gj_dp_gather16): outside
+                           * [lo, lo + n) the GEMM weights may hold their bf16 values, so the
+                           * checkpoint writes each range's parameters from its owner */
   size_t bytes;           /* of the arena (resident bytes for a bf16-resident state) */
   /* bf16-resident weights (inference in bf16): the GEMM weights and the embedding in bfloat16
    * only, at the table's offsets; NULL otherwise */

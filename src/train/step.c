@@ -22,11 +22,7 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
                             grad_bf16);
   /* bf16 training: ZeRO-1's all-gather sends the GEMM weights in bf16, which is all the
    * products read of them (the same bits as after a float32 all-gather) */
-  st->params16 = 0;
-  if (!rc && st->zero && gj_gemm_precision() == GJ_PREC_BF16) {
-    rc = gj_dp_gather16(&t->dp, &st->lay);
-    st->params16 = t->dp.g16n > 0;
-  }
+  if (!rc && st->zero && gj_gemm_precision() == GJ_PREC_BF16) rc = gj_dp_gather16(&t->dp, &st->lay);
   /* the optimizer in backward sums each part at once (gj_dp_sum): nothing in flight to test */
   if (!rc) rc = gj_dp_progress(&t->dp, t->oib ? 0 : dp_poll_us, &t->dp_polled);
   if (rc) gj_trainer_free(t);
@@ -205,6 +201,7 @@ int gj_train_step(gj_trainer *t, const gj_step_in *in, gj_step_out *out) {
     gj_adamw_update(&st->lay, st->params, st->grads + st->lo, st->erows, st->m, st->v, st->lo, st->n, &t->hp, in->t,
                     in->lr, gj_clip_coef(out->grad_norm, t->hp.grad_clip));
     if (st->zero) GJ_TRY(gj_dp_allgather(&t->dp, st->params, st->n));
+    if (t->dp.g16n) st->params16 = 1; /* from now on, whatever trainer runs on the state next */
     gj_model_weights_changed(t->m);
   }
   out->optim_s = gj_now() - t0;
