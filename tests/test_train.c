@@ -497,14 +497,16 @@ START_TEST(test_generate_tokens) {
                       "grep -q 'note: the context' %s.err && ! grep -q '[a-z]' %s", B_, ck, log, log, log, log), 0);
   ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s --prompt-ids 464 --ids --max-new-tokens 2 > /dev/full 2>%s.err; "
                       "test $? -eq 1 && grep -q 'gptj generate: error: stdout: write error' %s.err", B_, ck, log, log), 0);
-  /* --out: the same bytes as stdout, under a temporary name until complete; a device, a
+  /* --out: the same bytes as stdout ('-': stdout), under a temporary name until complete; a device, a
    * directory or the checkpoint itself refused before any work; a full disk an error naming the
    * file, with no file and no temporary left, under mpirun too (whose forwarded stdout cannot
    * report one) */
   ck_assert_int_eq(sh("%s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 --max-new-tokens 4 "
                       ">%s.a 2>/dev/null && %s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 "
-                      "--max-new-tokens 4 --out %s.b 2>/dev/null && cmp %s.a %s.b && ! ls %s.b.tmp* 2>/dev/null",
-                      B_, OUT, log, B_, OUT, log, log, log, log), 0);
+                      "--max-new-tokens 4 --out %s.b 2>/dev/null && cmp %s.a %s.b && ! ls %s.b.tmp* 2>/dev/null && "
+                      "%s/gptj generate --checkpoint %s/nul.h5 --prompt 'a b' --temperature 0 --max-new-tokens 4 --out - "
+                      "2>/dev/null | cmp %s.a - && ! test -e ./-",
+                      B_, OUT, log, B_, OUT, log, log, log, log, B_, OUT, log), 0);
   struct { const char *out, *msg; } bad[] = {{"/dev/full", "--out /dev/full: exists and is not a regular file"},
                                              {OUT, "is a directory, expected a file name"},
                                              {ck, "refusing to overwrite an input"}};

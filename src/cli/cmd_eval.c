@@ -413,7 +413,7 @@ int gj_cmd_generate(int argc, char **argv) {
       {"vocab-dir", GJ_OPT_STR, &dir, "directory with encoder.json and vocab.bpe", 1, 0},
       {"out", GJ_OPT_STR, &out, "write the output to this file instead of stdout (under a temporary name, synced, "
        "renamed into place when complete): a write error such as a full disk is then an error, which stdout "
-       "under mpirun or srun, forwarded by the launcher, cannot report", 1, 0},
+       "under mpirun or srun, forwarded by the launcher, cannot report; '-': stdout", 1, 0},
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP, 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
       {"mem-per-rank-gb", GJ_OPT_F64, &mem_gb, "memory a rank may use, GB (0: available memory / ranks on the node)", 0, 1e9},
@@ -437,6 +437,7 @@ int gj_cmd_generate(int argc, char **argv) {
     rc = rc > 0 ? 0 : rc;
     goto done;
   }
+  if (out && !strcmp(out, "-")) out = NULL; /* stdout, as without --out */
   rc = !prompt == !prompt_ids ? GJ_FAIL("give one of --prompt or --prompt-ids")
                               : read_prompt(prompt, prompt_ids, print_ids, dir, &tok, &ids);
   if (!rc && out && gj_comm_rank(gj_comm_world()) == 0) /* before the work; rank 0 writes it */

@@ -93,8 +93,8 @@ static int check_dest(const gj_file_ref *o) {
   const char *base;
   struct stat st;
   if (!o->path || !*o->path) return GJ_FAIL("%s: empty file name", o->what);
-  GJ_TRY(gj_path_join(tmp, sizeof tmp, NULL, o->path));
-  GJ_TRY(tmp_name(o->path, tmp, sizeof tmp));
+  /* the flag first, as in every other message here */
+  if (gj_path_join(tmp, sizeof tmp, NULL, o->path) || tmp_name(o->path, tmp, sizeof tmp)) return gj_err_prefix(o->what);
   if (!stat(o->path, &st) && S_ISDIR(st.st_mode))
     return GJ_FAIL("%s: is a directory, expected a file name", label(o, lb, sizeof lb));
   /* the rename would replace a device or a FIFO (/dev/null!) by a regular file */
