@@ -98,7 +98,11 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * 2.88 / 3.10 s. At 2 ranks libnbc reduces large messages by its chain algorithm, in 8 KB
  * fragments, each of which waits for a test of the thread; its binomial one (the whole piece in
  * one message, OMPI_MCA_coll_libnbc_ireduce_algorithm=2) is the reverse: 2.71 s unlimited,
- * 7.84 s at 1 Gbit/s. Neither is better on both links, so the all-reduces stay. */
+ * 7.84 s at 1 Gbit/s. Neither is better on both links, so the all-reduces stay. Measured
+ * again in bf16 with the bf16 all-gather (gj_dp_gather16), the pieces cut at the ranges' ends
+ * and reduced to their owner (libnbc's default), 3-5 steps, two rounds each: 1 Gbit/s 5.61 /
+ * 5.32 s against 6.93 / 7.09 s, the unlimited link 2.50 / 2.57 s against 2.33 / 2.27 s. An
+ * option for slow networks, not the default. */
 /* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters), after the
  * update, in place. Measured (gptj-125m, DP 2, one core a rank, three interleaved rounds): the
  * optimizer's time with it 0.095-0.109 s, against 0.204-0.253 s with MPI_Allgather through a
