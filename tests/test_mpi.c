@@ -1096,8 +1096,8 @@ START_TEST(test_dp_gather16) {
 END_TEST
 
 /* The parts a DP test's backward reports (1 to 40 floats), top down, then the finish: one
- * step of the bucketed sum over DP_N floats. */
-enum { DP_N = 70 };
+ * step of the bucketed sum over DP_N floats (ZeRO-1's ranges at DP 2 and 4: 36 and 18). */
+enum { DP_N = 72 };
 static const size_t dp_bound[] = {0, 1, 4, 9, 22, 62, 63, DP_N};
 enum { DP_PARTS = sizeof dp_bound / sizeof *dp_bound - 1 };
 
@@ -1251,6 +1251,72 @@ START_TEST(test_dp_sum_bf16) {
 }
 END_TEST
 
+/* --zero-reduce owner (gj_dp_reduce_to_owners): with ZeRO-1's ranges of P = DP_N / DP floats,
+ * each rank ends with the DP sum of its own range, as backward reports its parts (buckets of 7
+ * floats, parts of 1 to 40: the ranges' ends, 18, 36 and 54, fall inside buckets and parts):
+ * in float32 the exact sum (integer values); in bf16 (--grad-reduce bf16, the first 10 floats
+ * the embedding's, summed in float32) at DP 2 bf16(bf16(a) + bf16(b)) exactly (a + b below 10),
+ * at DP 4 within test_dp_sum_bf16's bound. In float32 every float outside the range is this
+ * rank's own gradient still: the sums went to their owners only (an all-reduce would have
+ * summed them). At DP = the world and, on 4 ranks, TP 2 (DP 2 twice at once); with and without
+ * the progress thread (20 steps, parts at once or 50 us apart; else 2 steps). */
+START_TEST(test_dp_reduce_owner) {
+  int tps[2] = {1, world_size == 4 ? 2 : 0};
+  const size_t n = DP_N;
+  for (int run = 0; run < 8; run++) {
+    const int ti = run % 2, polled = run / 2 % 2, bf16 = run / 4;
+    if (!tps[ti]) continue;
+    gj_grid g;
+    ck_assert_int_eq(gj_grid_init(&g, tps[ti]), 0);
+    const int p = g.dp_size;
+    const size_t P = n / (size_t)p, emb = bf16 ? 10 : 0, lo = (size_t)g.dp_rank * P, hi = lo + P;
+    ck_assert_uint_eq(P * (size_t)p, n);
+    float *grads = malloc(n * sizeof(float));
+    gj_dp_sync s;
+    ck_assert_int_eq(gj_dp_init(&s, &g, grads, n, NULL, emb, 7, bf16), 0);
+    int rcs = gj_dp_reduce_to_owners(&s, P), on = -1;
+    rcs |= gj_dp_progress(&s, polled, &on);
+    int bad = on != polled, theirs = 0;
+    const double rsum = p * (p + 1) / 2.0;
+    for (int step = 0; step < (polled ? 20 : 2); step++) {
+      const float base = (float)(100 * step + 1000 * g.tp_rank);
+      for (size_t i = 0; i < n; i++)
+        grads[i] = bf16 ? dp_val(i, g.dp_rank, step + 10 * g.tp_rank) : (base + (float)i) * (float)(g.dp_rank + 1);
+      rcs |= dp_step(&s, grads);
+      for (size_t i = 0; i < n; i++) {
+        const float got = grads[i];
+        if (i < lo || i >= hi) { /* not this rank's range */
+          if (!bf16) bad += got != (base + (float)i) * (float)(g.dp_rank + 1), theirs++;
+          continue;
+        }
+        if (!bf16) {
+          bad += got != (float)((base + (double)i) * rsum);
+          continue;
+        }
+        const int f32 = i < emb;
+        float t[4] = {0};
+        double exact = 0, mag = 0;
+        for (int r = 0; r < p; r++) {
+          const float v = dp_val(i, r, step + 10 * g.tp_rank);
+          t[r & 3] = f32 ? v : gj_bf16_rounded(v);
+          exact += t[r & 3], mag += fabs(t[r & 3]);
+        }
+        int ok = f32 || (f32_bits(got) & 0xffffu) == 0;
+        if (p == 2) ok = ok && f32_bits(got) == f32_bits(f32 ? t[0] + t[1] : gj_bf16_rounded(t[0] + t[1]));
+        else ok = ok && fabs(got - exact) <= 1.001 * (p - 1) * mag / (f32 ? 16777216.0 : 256.0);
+        bad += !ok;
+      }
+    }
+    gj_dp_free(&s);
+    free(grads);
+    gj_grid_free(&g);
+    ck_assert(bf16 || theirs > 0);
+    dp_verdict(rcs, bad, tps[ti], bf16 ? "not the bf16 DP sum in the owner's range (or not the rank's own outside it)"
+                                        : "not the DP sum in the owner's range (or not the rank's own outside it)");
+  }
+}
+END_TEST
+
 /* The vocab all-gather equals the column gather onto tp rank 0 and the known row, at TP = the
  * world and, on 4 ranks, at TP 2 (two groups gathering at once); at TP 1 it is a copy. V is
  * 37 tp + tp - 1: TP does not divide it, the first tp - 1 ranks hold 38 entries, the last 37. */
@@ -1350,6 +1416,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_dp_gather16);
   tcase_add_test(tc, test_dp_sum);
   tcase_add_test(tc, test_dp_sum_bf16);
+  tcase_add_test(tc, test_dp_reduce_owner);
   tcase_add_test(tc, test_tp_argmax);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

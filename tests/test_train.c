@@ -51,6 +51,13 @@ START_TEST(test_bf16) {
   ck_assert_int_eq(sh("grep -q '^precision = bf16$' %s/bf_22/config.conf", OUT), 0);
   ck_assert_int_eq(sh("%s/gptj info %s/bf_22/ckpt-00000008.h5 | grep -q 'precision bf16'", B_, OUT), 0);
   ck_assert_int_eq(sh("grep -q 'ZeRO-1 gathers the GEMM weights in bf16' %s/bf_22.log", OUT), 0);
+  /* with the sums reduced to their owners (at DP 2 one addition either way): the same bits */
+  {
+    char bo[300];
+    snprintf(bo, sizeof bo, "%s --zero-reduce owner", bz);
+    run_layout("bf_22o", 2, 2, bo, got, 8);
+    ck_assert_int_eq(same_ckpt("bf_22", "bf_22o", 8), 0);
+  }
   /* ZeRO-1 in bf16 gathers the GEMM weights in bf16, so a rank holds their exact float32
    * values only in its own range: the checkpoint has them exact, from each owner (4 steps,
    * then a resume to 8 at (2,2) is the uninterrupted run, bit for bit) */
@@ -98,6 +105,7 @@ START_TEST(test_layouts) {
       {2, 2, "--grad-accum 4 --micro-batch 1"}, /* 1 x 4 x DP 2 = the same global batch */
       {2, 2, "--zero 1"}, {4, 1, "--zero 1"},
       {4, 1, "--dp-poll-us 0"}, /* no DP progress thread: the same sums */
+      {4, 1, "--zero 1 --zero-reduce owner"}, {2, 2, "--zero 1 --zero-reduce owner"},
   };
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
     char name[64];
@@ -113,10 +121,16 @@ START_TEST(test_layouts) {
                       OUT, OUT), 0);
   ck_assert_int_eq(sh("grep -q '^dp-poll-us = 0$' %s/l41_8/config.conf && grep -q 'no DP progress thread (--dp-poll-us 0)' %s/l41_8.log",
                       OUT, OUT), 0);
+  /* ZeRO-1's sums reduced to their owners: at DP 2 each sum is one addition either way, so the
+   * same bits as the all-reduces (l22_6); recorded, and said in the log */
+  ck_assert_int_eq(same_ckpt("l22_6", "l22_10", 20), 0);
+  ck_assert_int_eq(sh("grep -q '^zero-reduce = owner$' %s/l41_9/config.conf && grep -q '^zero-reduce = allreduce$' %s/l22_6/config.conf && "
+                      "grep -q \"ZeRO-1's gradient sums reduced to each range's owner\" %s/l41_9.log", OUT, OUT, OUT), 0);
   /* --grad-reduce bf16 (the DP sums in bfloat16): within bf16's bound of the float32 run (as
    * bf16 precision, test_bf16), and not the same run: the option takes effect, and is recorded */
   struct { int dp, tp; const char *extra; } bl[] = {
-      {4, 1, "--grad-reduce bf16"}, {2, 2, "--grad-reduce bf16 --zero 1"}};
+      {4, 1, "--grad-reduce bf16"}, {2, 2, "--grad-reduce bf16 --zero 1"},
+      {2, 2, "--grad-reduce bf16 --zero 1 --zero-reduce owner"}};
   for (size_t i = 0; i < sizeof bl / sizeof bl[0]; i++) {
     char name[64];
     snprintf(name, sizeof name, "lb%d%d_%zu", bl[i].dp, bl[i].tp, i);
@@ -128,6 +142,8 @@ START_TEST(test_layouts) {
     ck_assert_int_eq(sh("grep -q '^grad-reduce = bf16$' %s/%s/config.conf && grep -q 'gradients summed over DP in bf16' %s/%s.log",
                         OUT, name, OUT, name), 0);
   }
+  /* the bf16 sums reduced to their owners: at DP 2 the same bits as all-reduced */
+  ck_assert_int_eq(same_ckpt("lb22_1", "lb22_2", 20), 0);
 }
 END_TEST
 
@@ -146,8 +162,10 @@ START_TEST(test_tcp) {
   ck_assert_int_eq(same_ckpt("t22", "t22n", 20), 0);
   ck_assert_int_eq(same_ckpt("t22", "t22p", 20), 0);
   run_layout("t22b", 2, 2, "--grad-reduce bf16", got, 20); /* the bfloat16 MPI reduction over TCP */
-  snprintf(MPI_, sizeof MPI_, "%s", saved);
   expect_close(ref, got, 0, 20, "tcp (2,2) --grad-reduce bf16");
+  run_layout("t41z", 4, 1, "--zero 1 --zero-reduce owner", got, 20); /* reduces to the owners, the thread's */
+  snprintf(MPI_, sizeof MPI_, "%s", saved);
+  expect_same(ref, got, 20, "tcp (4,1) --zero 1 --zero-reduce owner");
 }
 END_TEST
 
@@ -700,6 +718,17 @@ START_TEST(test_plan_times) {
                 "ZeRO-1 adds %.3f s of DP time, %.3f s exposed", t[1] - t[0], e[1] - e[0]);
   ck_assert_int_eq(sh("grep -q \"the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the "
                       "update does not\" %s", log), 0);
+  /* --zero-reduce owner: the gradients' sums reduced to their owners send half the all-reduce's
+   * bytes ((p - 1) / p of them against 2 (p - 1) / p; the embedding's rows, a few tokens' worth
+   * here, are all-reduced either way) */
+  snprintf(args, sizeof args, "%s --n_embd 512 --n_inner 2048 --n_layer 4 --dp 4 --net-gbps 0.01 --zero 1 "
+           "--zero-reduce owner", shape);
+  ck_assert_int_eq(gptj(0, args, log), 0);
+  const double to = plan_value(log, "  DP communication "), eo = plan_value(log, " GB/s, ");
+  ck_assert_msg(fabs(to - (t[1] - t[0] / 2)) < 2e-3 * t[0] && eo <= e[1],
+                "owner: DP %.3f s (exposed %.3f), all-reduce %.3f s of which the gradients' %.3f s", to, eo, t[1], t[0]);
+  ck_assert_int_eq(sh("grep -q 'ZeRO-1 on (gradient sums to their owners)' %s && grep -q 'gradients reduced to their owners' %s",
+                      log, log), 0);
   /* in bf16 the all-gather sends the GEMM weights in 2 bytes (gj_dp_gather16): ZeRO-1 adds
    * (4 n - 2 n16) / (4 n) of float32's time, n16 of the n parameters being GEMM weights */
   double tb[2];

@@ -34,8 +34,8 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct {
   int64_t B, T, steps, warmup, tp, zero, recompute, oib, shapes, dp_poll_us;
-  const char *json, *gemm, *prec, *grad_reduce;
-  int grad_bf16;
+  const char *json, *gemm, *prec, *grad_reduce, *zero_reduce;
+  int grad_bf16, zero_owner;
 } bench_opts;
 
 /* Everything a bench holds, freed in one place. */
@@ -76,7 +76,7 @@ static int synthetic_batch(void *ctx, int64_t a, int32_t *ids, int32_t *tg) {
 
 static int parse(bench_ctx *x, int argc, char **argv) {
   bench_opts *o = &x->o;
-  *o = (bench_opts){.B = 8, .T = 0, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32", .grad_reduce = "fp32", .dp_poll_us = GJ_DP_POLL_DEFAULT};
+  *o = (bench_opts){.B = 8, .T = 0, .steps = 3, .warmup = 1, .tp = 1, .gemm = "auto", .prec = "fp32", .grad_reduce = "fp32", .zero_reduce = "allreduce", .dp_poll_us = GJ_DP_POLL_DEFAULT};
   gj_opt table[] = {
       {"micro-batch", GJ_OPT_I64, &o->B, "sequences per rank per step", 1, 1 << 20},
       {"seq-len", GJ_OPT_I64, &o->T, "tokens per sequence (0: 256, or n_positions where that is less)", 0,
@@ -85,6 +85,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
       {"warmup", GJ_OPT_I64, &o->warmup, "steps run before measuring", 0, 1e6},
       {"tp", GJ_OPT_I64, &o->tp, "tensor-parallel size (DP = ranks / TP)", 1, 4096},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1 (in bf16 the GEMM weights all-gathered as bf16)", 0, 1},
+      {"zero-reduce", GJ_OPT_STR, &o->zero_reduce, GJ_ZERO_REDUCE_HELP, 1, 0},
       {"grad-reduce", GJ_OPT_STR, &o->grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"dp-poll-us", GJ_OPT_I64, &o->dp_poll_us, GJ_DP_POLL_HELP, 0, 1000000},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: activation recomputation", 0, 1},
@@ -117,6 +118,7 @@ static int parse(bench_ctx *x, int argc, char **argv) {
     if (!x->config_json) return GJ_FAIL("out of memory");
   }
   GJ_TRY(gj_grad_reduce_parse(o->grad_reduce, &o->grad_bf16));
+  GJ_TRY(gj_zero_reduce_parse(o->zero_reduce, o->zero, &o->zero_owner));
   return gj_oib_check(o->oib, 0, o->zero);
 }
 
@@ -146,6 +148,7 @@ static int setup(bench_ctx *x) {
   gj_adamw_defaults(&hp);
   if (o->oib) hp.grad_clip = 0;
   rc = gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, 0.0f, o->grad_bf16, (int)o->dp_poll_us);
+  if (!rc && o->zero_owner) rc = gj_trainer_reduce_to_owners(&x->tr);
   x->st_s = calloc(o->steps, sizeof(double)), x->rp_s = calloc(o->steps, sizeof(double));
   x->ratio = calloc(o->steps, sizeof(double));
   if (!rc && (!x->st_s || !x->rp_s || !x->ratio)) rc = GJ_FAIL("out of memory");
@@ -286,7 +289,7 @@ static int figures(bench_ctx *x, bench_figures *f) {
 static void print_header(const bench_ctx *x) {
   const bench_opts *o = &x->o;
   const gj_modelopts *mo = &x->mo;
-  char dpw[384];
+  char dpw[512];
   gj_trainer_dp_words(&x->tr, o->grad_bf16, (int)o->dp_poll_us, dpw, sizeof dpw);
   gj_info("bench: %s%s, B %lld, T %lld, DP %d x TP %d, %d threads per rank, ZeRO %lld, recompute %lld%s%s",
           mo->config_file ? mo->config_file : mo->preset, mo->config_file ? "" : " (preset)", (long long)o->B,
@@ -335,10 +338,10 @@ static int write_json(const bench_ctx *x, const bench_figures *f) {
           x->mo.preset, x->config_json, (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
           (long long)c->n_head, (long long)c->n_inner, (long long)c->vocab_size);
   fprintf(fp, "\"micro_batch\": %lld, \"seq_len\": %lld, \"dp\": %d, \"tp\": %d, "
-          "\"threads\": %d, \"zero\": %lld, \"grad_reduce\": \"%s\", \"dp_poll_us\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
+          "\"threads\": %d, \"zero\": %lld, \"zero_reduce\": \"%s\", \"grad_reduce\": \"%s\", \"dp_poll_us\": %lld, \"recompute\": %lld, \"optimizer_in_backward\": %lld, \"precision\": \"%s\", \"gemm\": \"%s\", "
           "\"blas_core\": \"%s\", \"step_s\": %.6f, \"tokens_per_s\": %.3f, ",
           (long long)o->B, (long long)o->T, x->g.dp_size, x->g.tp_size, omp_get_max_threads(),
-          (long long)o->zero, o->grad_bf16 ? "bf16" : "fp32", (long long)(x->tr.dp_polled ? o->dp_poll_us : 0), (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
+          (long long)o->zero, x->tr.dp.owner_P ? "owner" : "allreduce", o->grad_bf16 ? "bf16" : "fp32", (long long)(x->tr.dp_polled ? o->dp_poll_us : 0), (long long)o->recompute, (long long)o->oib, gj_precision_name(gj_gemm_precision()),
           gj_gemm_describe(), gj_blas_core(), f->step, f->tps);
   fprintf(fp, "\"breakdown_s\": {");
   for (int k = 0; k < GJ_PROF_N + 2; k++) fprintf(fp, "\"%s\": %.6f, ", prof_names[k], x->prof[k]);

@@ -46,7 +46,7 @@ static double mem_rate(int threads) {
 int gj_cmd_plan(int argc, char **argv) {
   int64_t B = 1, T = 0, A = 1, dp = 1, tp = 1, zero = 0, recompute = 0, oib = 0, rpn = 0, threads = 0;
   double sgemm_g = 0, net = 10, tpnet = 50, mem_gb = 0, mem_g = 0;
-  const char *prec = "fp32", *gemm = "auto", *grad_reduce = "fp32";
+  const char *prec = "fp32", *gemm = "auto", *grad_reduce = "fp32", *zero_reduce = "allreduce";
   gj_opt table[] = {
       {"precision", GJ_OPT_STR, &prec, GJ_PRECISION_HELP "; the activations are sized and the GEMM rate measured for it", 1, 0},
       {"gemm", GJ_OPT_STR, &gemm, GJ_GEMM_HELP, 1, 0},
@@ -57,6 +57,7 @@ int gj_cmd_plan(int argc, char **argv) {
       {"tp", GJ_OPT_I64, &tp, "tensor-parallel size", 1, 4096},
       {"zero", GJ_OPT_I64, &zero, "1: ZeRO-1 (AdamW moments over DP; the updated parameters all-gathered after "
        "the update, not overlapped; in bf16 the GEMM weights as bf16)", 0, 1},
+      {"zero-reduce", GJ_OPT_STR, &zero_reduce, GJ_ZERO_REDUCE_HELP, 1, 0},
       {"grad-reduce", GJ_OPT_STR, &grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"recompute", GJ_OPT_I64, &recompute, "1: activation recomputation", 0, 1},
       {"optimizer-in-backward", GJ_OPT_I64, &oib, "1: AdamW part by part in backward (one part's gradients "
@@ -107,6 +108,9 @@ int gj_cmd_plan(int argc, char **argv) {
   GJ_TRY(gj_oib_check(oib, 0, zero));
   int grad_bf16;
   GJ_TRY(gj_grad_reduce_parse(grad_reduce, &grad_bf16));
+  int owner;
+  GJ_TRY(gj_zero_reduce_parse(zero_reduce, zero, &owner));
+  owner = owner && dp > 1;
   gj_mem_sizes ms;
   const int mode = gj_train_mode((int)oib, A); /* as train's */
   GJ_TRY(gj_model_sizes(&ms, &c, (int)tp, (int)dp, (int)zero, (int)recompute, mode, B, T, (int)threads));
@@ -136,7 +140,10 @@ int gj_cmd_plan(int argc, char **argv) {
   double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
   /* --grad-reduce bf16: 2 bytes an element but for the embedding's gradient */
   const double gsize = grad_bf16 ? 0.5 : 1;
-  double red_bytes = ring(((double)ms.params - emb) * gsize + rows, (int)dp);
+  /* --zero-reduce owner: each piece reduced to its owner, (p - 1) / p of it sent, half the ring
+   * all-reduce's bytes (the embedding's rows are still all-reduced) */
+  const double rfrac = owner ? 0.5 : 1;
+  double red_bytes = ring(((double)ms.params - emb) * gsize, (int)dp) * rfrac + ring(rows, (int)dp);
   /* ZeRO-1 in bf16 gathers the GEMM weights in bf16 (gj_dp_gather16): 2 bytes an element */
   double ag16 = 0;
   if (zero && dp > 1 && gp == GJ_PREC_BF16) {
@@ -163,13 +170,13 @@ int gj_cmd_plan(int argc, char **argv) {
   /* DP buckets are reduced while the last micro-batch's backward (about 2/3 of its compute)
    * runs; what is left, and at least the last bucket, is exposed. */
   double bucket_bytes = GJ_MIN((double)((size_t)1 << 22) * 4, (double)ms.params) * gsize;
-  double t_last = ring(bucket_bytes, (int)dp) / (net * 1e9);
+  double t_last = ring(bucket_bytes, (int)dp) * rfrac / (net * 1e9);
   double t_dp_exposed = dp > 1 ? GJ_MAX(t_red - 2.0 / 3.0 * t_comp / (double)A, t_last) : 0;
   /* each part's reduction waited for before its update */
   if (oib && dp > 1) t_dp_exposed = t_red;
   /* a late head gradient is final after the rest of backward: its reduction is exposed */
   if (ms.late_head && dp > 1)
-    t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4 * gsize, (int)dp) / (net * 1e9));
+    t_dp_exposed = GJ_MAX(t_dp_exposed, ring(Vl * c.n_embd * 4 * gsize, (int)dp) * rfrac / (net * 1e9));
   t_dp_exposed = GJ_MIN(t_dp_exposed, t_red); /* a bucket or the head can be more than what is sent */
   t_dp_exposed += t_ag;                       /* ZeRO-1's all-gather, after the update */
   double t_step = t_comp + t_opt + t_tp + t_dp_exposed;
@@ -177,7 +184,7 @@ int gj_cmd_plan(int argc, char **argv) {
          "grad-accum %lld: %.0f tokens per step; ZeRO-1 %s, recompute %s%s; %s\n",
          mo.config_file ? mo.config_file : mo.preset, (long long)gj_config_n_params(&c),
          (long long)dp, (long long)tp, (long long)(dp * tp), (long long)B, (long long)T,
-         (long long)A, tokens, zero ? "on" : "off", recompute ? "on" : "off",
+         (long long)A, tokens, !zero ? "off" : owner ? "on (gradient sums to their owners)" : "on", recompute ? "on" : "off",
          oib ? ", optimizer in backward" : "", gp == GJ_PREC_BF16 ? "bf16" : "fp32");
   if (assumed)
     printf("note: this CPU has no bf16 hardware (AMX-BF16, AVX512_BF16): sized for oneDNN's bf16 "
@@ -200,8 +207,9 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("per step:\n");
   printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
          recompute ? ", plus the recomputed forward" : "");
-  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s%s)\n",
+  printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s%s%s)\n",
          tp_bytes, dp_bytes, grad_bf16 ? " in bf16 but the embedding's" : "",
+         owner ? " reduced to their owners" : "",
          !zero ? "" : ag16 > 0 ? ", and the updated parameters' all-gather, the GEMM weights in bf16"
                                : ", and the updated parameters' all-gather");
   printf("time per step (estimate):\n");
@@ -213,7 +221,8 @@ int gj_cmd_plan(int argc, char **argv) {
          mem_g > 0 ? "given" : "measured here");
   printf("  DP communication  %12.3f s at %.3g GB/s, %.3f s of it exposed (%s)\n", t_dp, net, t_dp_exposed,
          dp == 1 ? "none: DP 1"
-         : zero ? "the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the update does not"
+         : zero ? (owner ? "the gradients' reduce to their owners overlaps backward; ZeRO-1's all-gather after the update does not"
+                         : "the gradients' all-reduce overlaps backward; ZeRO-1's all-gather after the update does not")
          : oib  ? "the optimizer in backward waits for each part's reduction"
                 : "the rest overlaps backward");
   printf("  step              %12.3f s, %.0f tokens/s (compute + optimizer + TP + exposed DP)\n", t_step,

@@ -32,8 +32,8 @@
 #include "train/step.h"
 
 typedef struct {
-  const char *data, *valid_data, *run_dir, *resume, *gemm, *precision, *grad_reduce;
-  int overwrite, grad_bf16;
+  const char *data, *valid_data, *run_dir, *resume, *gemm, *precision, *grad_reduce, *zero_reduce;
+  int overwrite, grad_bf16, zero_owner;
   int64_t tp, micro_batch, grad_accum, seq_len, steps, warmup, decay_steps, seed, log_every, dp_poll_us;
   int64_t eval_every, eval_batches, save_every, keep, max_bad, compress, inject_nan, nan_part, zero, recompute, oib;
   int64_t seq_len_given, decay_given; /* as given (0: follow n_positions, --steps), for config.conf */
@@ -54,6 +54,7 @@ static gj_opt *train_table(train_opts *o) {
       {"gemm", GJ_OPT_STR, &o->gemm, GJ_GEMM_HELP, 1, 0},
       {"zero", GJ_OPT_I64, &o->zero, "1: ZeRO-1, AdamW moments sharded over the DP ranks (the updated parameters "
        "all-gathered after the update; in bf16 the GEMM weights as bf16, half their bytes, the same training bit for bit)", 0, 1},
+      {"zero-reduce", GJ_OPT_STR, &o->zero_reduce, GJ_ZERO_REDUCE_HELP, 1, 0},
       {"grad-reduce", GJ_OPT_STR, &o->grad_reduce, GJ_GRAD_REDUCE_HELP, 1, 0},
       {"dp-poll-us", GJ_OPT_I64, &o->dp_poll_us, GJ_DP_POLL_HELP, 0, 1000000},
       {"recompute", GJ_OPT_I64, &o->recompute, "1: recompute each layer's activations in backward (less memory)", 0, 1},
@@ -267,7 +268,7 @@ static void train_free(train_ctx *x) {
 /* The options; returns 1 after --help. */
 static int parse(train_ctx *x, int argc, char **argv) {
   train_opts *o = &x->o;
-  *o = (train_opts){.run_dir = "run", .resume = "none", .gemm = "auto", .precision = "fp32", .grad_reduce = "fp32", .dp_poll_us = GJ_DP_POLL_DEFAULT, .tp = 1,
+  *o = (train_opts){.run_dir = "run", .resume = "none", .gemm = "auto", .precision = "fp32", .grad_reduce = "fp32", .zero_reduce = "allreduce", .dp_poll_us = GJ_DP_POLL_DEFAULT, .tp = 1,
                     .micro_batch = 8, .grad_accum = 1, .seq_len = 0, .steps = 1000, .warmup = 100,
                     .decay_steps = 0, .seed = 1234, .log_every = 1, .eval_batches = 0, .keep = 3,
                     .max_bad = 5, .lr = 6e-4, .floor = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
@@ -298,6 +299,7 @@ static int parse(train_ctx *x, int argc, char **argv) {
     return GJ_FAIL("--debug-nan-part %lld: the network has parts 0 (the head) to %lld (the embedding)",
                    (long long)o->nan_part, (long long)x->c.n_layer + 1);
   GJ_TRY(gj_grad_reduce_parse(o->grad_reduce, &o->grad_bf16));
+  GJ_TRY(gj_zero_reduce_parse(o->zero_reduce, o->zero, &o->zero_owner));
   return gj_oib_check(o->oib, o->clip, o->zero);
 }
 
@@ -437,7 +439,7 @@ static double print_summary(const train_ctx *x) {
   double peak = gj_peak_flops(gj_gemm_precision(), omp_get_max_threads(), &peak_how);
   gj_info("peak: %.1f GFLOP/s per rank (%s on %d threads); GEMM: %s", peak / 1e9, peak_how,
           omp_get_max_threads(), gj_gemm_describe());
-  char dpw[384];
+  char dpw[512];
   gj_trainer_dp_words(&x->tr, x->o.grad_bf16, (int)x->o.dp_poll_us, dpw, sizeof dpw);
   gj_info("model: %lld parameters (%lld layers, D %lld, %lld heads, F %lld, V %lld); layout DP %d x TP %d%s",
           (long long)gj_config_n_params(c), (long long)c->n_layer, (long long)c->n_embd,
@@ -484,6 +486,7 @@ static int train(train_ctx *x) {
   gj_adamw_hp hp = x->meta.hp;
   GJ_AGREE(x->g.world, gj_trainer_init(&x->tr, &x->st, &x->m, &x->g, &hp, (float)o->zloss, o->grad_bf16,
                                           (int)o->dp_poll_us));
+  if (o->zero_owner) GJ_AGREE(x->g.world, gj_trainer_reduce_to_owners(&x->tr));
   gj_run r = {.o = {o->run_dir, o->steps, o->log_every, o->eval_every, o->eval_batches, o->save_every,
                     o->keep, o->max_bad, o->compress, o->inject_nan, o->nan_part, o->max_time, x->meta.sched},
               .tr = &x->tr, .loader = &x->loader, .valid = o->valid_data ? &x->valid : NULL,

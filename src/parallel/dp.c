@@ -51,7 +51,8 @@ int gj_dp_init(gj_dp_sync *s, gj_grid *g, float *grads, size_t n, gj_rowgrad *ro
   s->bucket = bucket_floats ? bucket_floats : GJ_DP_BUCKET_FLOATS;
   /* a posted range of L >= bucket floats takes ceil(L / bucket) <= 2 L / bucket requests; the
    * shorter ones (the last, a range not adjacent to the one before) one each */
-  s->cap = (int)(2 * (n / s->bucket) + 2 + 1024);
+  s->cap = (int)(2 * (n / s->bucket) + 2 + 1024 + (size_t)g->dp_size); /* + the cuts at the
+                                                                         * ranges' ends (owners) */
   s->req = malloc(s->cap * sizeof(MPI_Request));
   /* the pieces of the all-gather: ceil(P / bucket) <= P / bucket + 1 per rank */
   s->gcap = (int)(n / s->bucket + (size_t)g->dp_size + 1);
@@ -179,16 +180,22 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
   for (size_t b = hi; b > lo;) {
     size_t a = b - lo > s->bucket ? b - s->bucket : lo;
     if (s->bf16 && a < s->f32_below && s->f32_below < b) a = s->f32_below; /* bf16 above, float32 below */
+    const int root = s->owner_P ? (int)((b - 1) / s->owner_P) : -1; /* the range's owner: a piece within it */
+    if (root >= 0) a = GJ_MAX(a, (size_t)root * s->owner_P);
     if (s->nreq == s->cap) return GJ_FAIL("internal: too many DP buckets");
     const int h = s->bf16 && a >= s->f32_below;
     if (s->bf16) s->rng[2 * s->nreq] = a, s->rng[2 * s->nreq + 1] = b;
     if (h) pack_bf16(s, s->grads + a, b - a);
-    int rc = h ? MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_UINT16_T, s->op, s->g->dp,
-                                &s->req[s->nreq])
-               : MPI_Iallreduce(MPI_IN_PLACE, s->grads + a, (int)(b - a), MPI_FLOAT, MPI_SUM, s->g->dp,
-                                &s->req[s->nreq]);
+    float *x = s->grads + a;
+    const MPI_Datatype type = h ? MPI_UINT16_T : MPI_FLOAT;
+    const MPI_Op op = h ? s->op : MPI_SUM;
+    int rc;
+    if (root < 0) rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)(b - a), type, op, s->g->dp, &s->req[s->nreq]);
+    else if (root == s->g->dp_rank) rc = MPI_Ireduce(MPI_IN_PLACE, x, (int)(b - a), type, op, root, s->g->dp, &s->req[s->nreq]);
+    else rc = MPI_Ireduce(x, NULL, (int)(b - a), type, op, root, s->g->dp, &s->req[s->nreq]);
     if (rc == MPI_SUCCESS) posted(s);
-    else return gj_mpi_fail(rc, h ? "MPI_Iallreduce(gradients, bf16)" : "MPI_Iallreduce(gradients)");
+    else return gj_mpi_fail(rc, root >= 0 ? (h ? "MPI_Ireduce(gradients, bf16)" : "MPI_Ireduce(gradients)")
+                                          : (h ? "MPI_Iallreduce(gradients, bf16)" : "MPI_Iallreduce(gradients)"));
     s->bytes += (double)(b - a) * (h ? 2 : sizeof(float));
     b = a;
   }
@@ -245,15 +252,28 @@ int gj_dp_finish(gj_dp_sync *s) {
   if (rc != MPI_SUCCESS) return gj_mpi_fail(rc, "MPI_Waitall(gradients)");
   if (s->poll_rc != MPI_SUCCESS) return gj_mpi_fail(s->poll_rc, "MPI_Testall(gradients, the DP progress thread)");
   if (s->bf16)
-    for (int r = 0; r < nreq; r++)
-      if (s->rng[2 * r] >= s->f32_below) unpack_bf16(s, s->grads + s->rng[2 * r], s->rng[2 * r + 1] - s->rng[2 * r]);
+    for (int r = 0; r < nreq; r++) {
+      const size_t a = s->rng[2 * r], b = s->rng[2 * r + 1];
+      /* reduced to their owner: the other ranks' pieces hold their own rounded gradients */
+      if (a >= s->f32_below && (!s->owner_P || a / s->owner_P == (size_t)s->g->dp_rank))
+        unpack_bf16(s, s->grads + a, b - a);
+    }
   rc = rows_allreduce(s);
   s->wait_s = gj_now() - t0;
   return rc;
 }
 
+int gj_dp_reduce_to_owners(gj_dp_sync *s, size_t P) {
+  if (s->g->dp_size == 1) return 0;
+  if (!P || P * (size_t)s->g->dp_size != s->n)
+    return GJ_FAIL("internal: ZeRO-1's ranges of %zu floats do not make the block of %zu", P, s->n);
+  s->owner_P = P;
+  return 0;
+}
+
 int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n) {
   if (s->g->dp_size == 1) return 0;
+  if (s->owner_P) return GJ_FAIL("internal: gj_dp_sum reduces to every rank, not to the owners");
   /* float32: all of it, or the part of it below f32_below */
   size_t off = !s->bf16 ? n : lo >= s->f32_below ? 0 : GJ_MIN(n, s->f32_below - lo);
   GJ_TRY(gj_allreduce_inplace(s->g->dp, g, off, MPI_FLOAT, MPI_SUM));

@@ -37,6 +37,7 @@ typedef struct {
                       * of its own bytes, summed so (every partial sum rounded to bfloat16) and
                       * widened back in place when it is waited for */
   size_t f32_below;  /* bf16: the block's [0, f32_below), the embedding, is summed in float32 */
+  size_t owner_P;    /* gj_dp_reduce_to_owners: the ranges' floats (0: all-reduces) */
   size_t *rng;       /* bf16: [lo, hi) of each request's bucket */
   uint16_t *stage;   /* bf16: a bucket of staging (the in-place rounding and widening) */
   MPI_Op op;         /* bf16: the sum of bfloat16 values, made if op_made */
@@ -102,7 +103,13 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * again in bf16 with the bf16 all-gather (gj_dp_gather16), the pieces cut at the ranges' ends
  * and reduced to their owner (libnbc's default), 3-5 steps, two rounds each: 1 Gbit/s 5.61 /
  * 5.32 s against 6.93 / 7.09 s, the unlimited link 2.50 / 2.57 s against 2.33 / 2.27 s. An
- * option for slow networks, not the default. */
+ * option for slow networks (gj_dp_reduce_to_owners, --zero-reduce owner), not the default. */
+/* ZeRO-1 over a slow network: from now on each bucket is cut at the ends of the ranges of P
+ * floats (n = P dp) and each piece summed onto its range's owner only (MPI_Ireduce), half the
+ * bytes of an all-reduce; the rest of the block holds this rank's own gradients (or, in bf16,
+ * their rounded values in its first bytes) and must not be read. The embedding's rows are
+ * still all-reduced (small). Not for gj_dp_sum (the optimizer in backward excludes ZeRO-1). */
+int gj_dp_reduce_to_owners(gj_dp_sync *s, size_t P);
 /* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters), after the
  * update, in place. Measured (gptj-125m, DP 2, one core a rank, three interleaved rounds): the
  * optimizer's time with it 0.095-0.109 s, against 0.204-0.253 s with MPI_Allgather through a

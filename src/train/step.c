@@ -29,6 +29,10 @@ int gj_trainer_init(gj_trainer *t, gj_state *st, gj_model *m, gj_grid *g, const 
   return rc;
 }
 
+int gj_trainer_reduce_to_owners(gj_trainer *t) {
+  return t->st->zero ? gj_dp_reduce_to_owners(&t->dp, t->st->n) : 0;
+}
+
 void gj_trainer_free(gj_trainer *t) {
   gj_dp_free(&t->dp);
   free(t->ids), free(t->tg);
@@ -45,7 +49,8 @@ void gj_trainer_dp_words(const gj_trainer *t, int grad_bf16, int dp_poll_us, cha
   else if (dp_poll_us == 0) snprintf(poll, sizeof poll, "; no DP progress thread (--dp-poll-us 0)");
   else if (t->oib) snprintf(poll, sizeof poll, "; no DP progress thread (the optimizer in backward sums each part at once)");
   else snprintf(poll, sizeof poll, "; no DP progress thread: the MPI library gives no MPI_THREAD_MULTIPLE");
-  snprintf(buf, n, "%s%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "",
+  snprintf(buf, n, "%s%s%s%s", grad_bf16 ? "; gradients summed over DP in bf16 (--grad-reduce)" : "",
+           t->dp.owner_P ? "; ZeRO-1's gradient sums reduced to each range's owner (--zero-reduce owner)" : "",
            t->dp.g16n ? "; ZeRO-1 gathers the GEMM weights in bf16 (all the products read)" : "", poll);
 }
 
@@ -53,6 +58,16 @@ int gj_grad_reduce_parse(const char *s, int *bf16) {
   if (!strcmp(s, "fp32")) *bf16 = 0;
   else if (!strcmp(s, "bf16")) *bf16 = 1;
   else return GJ_FAIL("--grad-reduce %s: expected fp32 or bf16", s);
+  return 0;
+}
+
+int gj_zero_reduce_parse(const char *s, int64_t zero, int *owner) {
+  if (!strcmp(s, "allreduce")) *owner = 0;
+  else if (!strcmp(s, "owner")) *owner = 1;
+  else return GJ_FAIL("--zero-reduce %s: expected allreduce or owner", s);
+  if (*owner && !zero)
+    return GJ_FAIL("--zero-reduce owner needs --zero 1: without ZeRO-1 every rank updates all the "
+                   "parameters, so every rank needs every gradient sum");
   return 0;
 }
 
