@@ -103,7 +103,12 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * again in bf16 with the bf16 all-gather (gj_dp_gather16), the pieces cut at the ranges' ends
  * and reduced to their owner (libnbc's default), 3-5 steps, two rounds each: 1 Gbit/s 5.61 /
  * 5.32 s against 6.93 / 7.09 s, the unlimited link 2.50 / 2.57 s against 2.33 / 2.27 s. An
- * option for slow networks (gj_dp_reduce_to_owners, --zero-reduce owner), not the default. */
+ * option for slow networks (gj_dp_reduce_to_owners, --zero-reduce owner), not the default: as
+ * built, at 1 Gbit/s gptj-125m 5.45 / 5.37 s against 7.04 / 6.99 s, gptj-350m 12.72 / 12.94 s
+ * against 18.03 / 18.05 s, DP 4 (two ranks a node) 8.67 / 8.67 s against 9.37 / 9.15 s;
+ * unlimited 2.80 / 3.10 s against 2.63 / 2.45 s. libnbc's binomial ireduce gave 2.34 / 2.62 s
+ * unlimited and 6.83 / 6.80 s at 1 Gbit/s, its Rabenseifner 2.94 / 3.00 s and 5.68 / 5.67 s:
+ * its default (the chain) stays. */
 /* ZeRO-1 over a slow network: from now on each bucket is cut at the ends of the ranges of P
  * floats (n = P dp) and each piece summed onto its range's owner only (MPI_Ireduce), half the
  * bytes of an all-reduce; the rest of the block holds this rank's own gradients (or, in bf16,
