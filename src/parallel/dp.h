@@ -106,7 +106,8 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
  * option for slow networks (gj_dp_reduce_to_owners, --zero-reduce owner), not the default: as
  * built, at 1 Gbit/s gptj-125m 5.45 / 5.37 s against 7.04 / 6.99 s, gptj-350m 12.72 / 12.94 s
  * against 18.03 / 18.05 s, DP 4 (two ranks a node) 8.67 / 8.67 s against 9.37 / 9.15 s;
- * unlimited 2.80 / 3.10 s against 2.63 / 2.45 s. libnbc's binomial ireduce gave 2.34 / 2.62 s
+ * unlimited 2.80 / 3.10 s against 2.63 / 2.45 s (over five pairs the ratio's median 1.10; a
+ * shorter --dp-poll-us, 100 or 20, no better). libnbc's binomial ireduce gave 2.34 / 2.62 s
  * unlimited and 6.83 / 6.80 s at 1 Gbit/s, its Rabenseifner 2.94 / 3.00 s and 5.68 / 5.67 s:
  * its default (the chain) stays. */
 /* ZeRO-1 over a slow network: from now on each bucket is cut at the ends of the ranges of P

@@ -84,8 +84,8 @@ int gj_grad_reduce_parse(const char *s, int *bf16);
 #define GJ_ZERO_REDUCE_HELP                                                                        \
   "ZeRO-1's gradient sums: allreduce (every rank receives all of them), or owner (each range's "  \
   "sums reduced to the rank that updates it only, half the bytes sent; for a slow network: "     \
-  "measured across two nodes over 1 Gbit/s: 23-29% faster a step at DP 2, 5-7% at DP 4; 7-27% " \
-  "slower over a fast link)"
+  "measured across two nodes over 1 Gbit/s: 23-29% faster a step at DP 2, 5-7% at DP 4; about " \
+  "10% slower over a fast link)"
 int gj_zero_reduce_parse(const char *s, int64_t zero, int *owner);
 /* --dp-poll-us, shared by train and bench. */
 #define GJ_DP_POLL_DEFAULT 1000
