@@ -729,6 +729,19 @@ START_TEST(test_plan_times) {
                 "owner: DP %.3f s (exposed %.3f), all-reduce %.3f s of which the gradients' %.3f s", to, eo, t[1], t[0]);
   ck_assert_int_eq(sh("grep -q 'ZeRO-1 on (gradient sums to their owners)' %s && grep -q 'gradients reduced to their owners' %s",
                       log, log), 0);
+  /* with as many tokens a step as the vocabulary (here 51200) the embedding's gradient is dense
+   * and reduced to its owners too: all the gradients' bytes halved */
+  {
+    double td[3];
+    for (int k = 0; k < 3; k++) {
+      snprintf(args, sizeof args, "%s --n_embd 512 --n_inner 2048 --n_layer 4 --dp 4 --net-gbps 0.01 --grad-accum 200 %s",
+               shape, k == 0 ? "--zero 0" : k == 1 ? "--zero 1" : "--zero 1 --zero-reduce owner");
+      ck_assert_int_eq(gptj(0, args, log), 0);
+      td[k] = plan_value(log, "  DP communication ");
+    }
+    ck_assert_msg(fabs(td[2] - (td[1] - td[0] / 2)) < 1e-3 + 1e-6 * td[0],
+                  "dense embedding, owner: DP %.4f s, all-reduce %.4f s of which the gradients' %.4f s", td[2], td[1], td[0]);
+  }
   /* in bf16 the all-gather sends the GEMM weights in 2 bytes (gj_dp_gather16): ZeRO-1 adds
    * (4 n - 2 n16) / (4 n) of float32's time, n16 of the n parameters being GEMM weights */
   double tb[2];

@@ -137,13 +137,15 @@ int gj_cmd_plan(int argc, char **argv) {
    * the gradients as much, then all-gathers the updated parameters ((p - 1) / p of them); Vl: the
    * largest vocabulary shard */
   double Vl = (double)gj_split(c.vocab_size, (int)tp, 0, NULL), emb = Vl * c.n_embd * 4;
-  double rows = oib || tokens >= Vl ? emb : tokens * c.n_embd * 4 + Vl;
+  const int emb_dense = oib || tokens >= Vl;
+  double rows = emb_dense ? emb : tokens * c.n_embd * 4 + Vl;
   /* --grad-reduce bf16: 2 bytes an element but for the embedding's gradient */
   const double gsize = grad_bf16 ? 0.5 : 1;
   /* --zero-reduce owner: each piece reduced to its owner, (p - 1) / p of it sent, half the ring
-   * all-reduce's bytes (the embedding's rows are still all-reduced) */
+   * all-reduce's bytes; the embedding's gradient too where it is dense (as rows it is still
+   * all-reduced) */
   const double rfrac = owner ? 0.5 : 1;
-  double red_bytes = ring(((double)ms.params - emb) * gsize, (int)dp) * rfrac + ring(rows, (int)dp);
+  double red_bytes = ring(((double)ms.params - emb) * gsize, (int)dp) * rfrac + ring(rows, (int)dp) * (emb_dense ? rfrac : 1);
   /* ZeRO-1 in bf16 gathers the GEMM weights in bf16 (gj_dp_gather16): 2 bytes an element */
   double ag16 = 0;
   if (zero && dp > 1 && gp == GJ_PREC_BF16) {
@@ -208,8 +210,8 @@ int gj_cmd_plan(int argc, char **argv) {
   printf("  FLOPs             %12.4g in all, %.4g per rank (%.4g per token)%s\n", flops_step, flops_rank, fpt,
          recompute ? ", plus the recomputed forward" : "");
   printf("  sent per rank     %12.4g B TP (ring all-reduce of activations), %.4g B DP (gradients%s%s%s)\n",
-         tp_bytes, dp_bytes, grad_bf16 ? " in bf16 but the embedding's" : "",
-         owner ? " reduced to their owners" : "",
+         tp_bytes, dp_bytes, owner ? " reduced to their owners" : "",
+         !grad_bf16 ? "" : owner ? ", in bf16 but the embedding's" : " in bf16 but the embedding's",
          !zero ? "" : ag16 > 0 ? ", and the updated parameters' all-gather, the GEMM weights in bf16"
                                : ", and the updated parameters' all-gather");
   printf("time per step (estimate):\n");

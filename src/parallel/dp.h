@@ -113,8 +113,8 @@ int gj_dp_sum(gj_dp_sync *s, float *g, size_t lo, size_t n);
 /* ZeRO-1 over a slow network: from now on each bucket is cut at the ends of the ranges of P
  * floats (n = P dp) and each piece summed onto its range's owner only (MPI_Ireduce), half the
  * bytes of an all-reduce; the rest of the block holds this rank's own gradients (or, in bf16,
- * their rounded values in its first bytes) and must not be read. The embedding's rows are
- * still all-reduced (small). Not for gj_dp_sum (the optimizer in backward excludes ZeRO-1). */
+ * their rounded values in its first bytes) and must not be read. The embedding's rows (where
+ * it is held as rows) are still all-reduced (small). Not for gj_dp_sum (the optimizer in backward excludes ZeRO-1). */
 int gj_dp_reduce_to_owners(gj_dp_sync *s, size_t P);
 /* Every rank's range [r P, (r+1) P) of buf to all ranks (the updated parameters), after the
  * update, in place. Measured (gptj-125m, DP 2, one core a rank, three interleaved rounds): the
