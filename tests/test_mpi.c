@@ -1176,6 +1176,24 @@ static uint32_t f32_bits(float f) {
   return u;
 }
 
+/* got is the bf16 DP reduction's sum of dp_val(i, r, vstep) over the p ranks r (f32: the
+ * float32 sum of the unrounded values, as the embedding's): a bfloat16 value unless f32; at
+ * DP 2 the two rounded terms' float32 sum, rounded, exactly (the reduction's definition,
+ * whichever rank adds); at any DP within (p - 1) u of the sum of the terms' magnitudes (one
+ * rounding per addition, u = 2^-8 for bfloat16's 8 significant bits, 2^-24 in float32). */
+static int dp_sum16_ok(float got, size_t i, int p, int vstep, int f32) {
+  float t[4] = {0};
+  double exact = 0, mag = 0;
+  for (int r = 0; r < p; r++) {
+    const float v = dp_val(i, r, vstep);
+    t[r & 3] = f32 ? v : gj_bf16_rounded(v);
+    exact += t[r & 3], mag += fabs(t[r & 3]);
+  }
+  if (!f32 && (f32_bits(got) & 0xffffu) != 0) return 0;
+  if (p == 2) return f32_bits(got) == f32_bits(f32 ? t[0] + t[1] : gj_bf16_rounded(t[0] + t[1]));
+  return fabs(got - exact) <= 1.001 * (p - 1) * mag / (f32 ? 16777216.0 : 256.0);
+}
+
 /* --grad-reduce bf16: the DP sum travels in bfloat16 (each rank's gradient rounded to it,
  * every partial sum rounded to it), through both doors (gj_dp_ready/gj_dp_finish as backward
  * reports its parts, and gj_dp_sum, the optimizer in backward's), on buckets of 7 floats and the
@@ -1220,21 +1238,13 @@ START_TEST(test_dp_sum_bf16) {
       }
       for (size_t i = 0; i < n; i++) {
         const int f32 = i < emb;
-        float t[4] = {0};
-        double exact = 0, mag = 0;
-        for (int r = 0; r < p; r++) {
-          const float v = dp_val(i, r, step + 10 * g.tp_rank);
-          t[r & 3] = f32 ? v : gj_bf16_rounded(v);
-          exact += t[r & 3], mag += fabs(t[r & 3]);
-        }
         const float got = grads[i];
-        int ok = f32 || (f32_bits(got) & 0xffffu) == 0 || isnan(got);
-        if (i == NAN_AT) ok = ok && isnan(got);
-        else if (i == INF_AT) ok = ok && isinf(got) && got > 0;
-        else if (i == ZERO_AT || (i == CANCEL_AT && p % 2 == 0)) ok = ok && got == 0;
-        else if (i == CANCEL_AT) ok = ok && isfinite(got);
-        else if (p == 2) ok = ok && f32_bits(got) == f32_bits(f32 ? t[0] + t[1] : gj_bf16_rounded(t[0] + t[1]));
-        else ok = ok && fabs(got - exact) <= 1.001 * (p - 1) * mag / (f32 ? 16777216.0 : 256.0);
+        int ok;
+        if (i == NAN_AT) ok = isnan(got);
+        else if (i == INF_AT) ok = isinf(got) && got > 0;
+        else if (i == ZERO_AT || (i == CANCEL_AT && p % 2 == 0)) ok = got == 0;
+        else if (i == CANCEL_AT) ok = (f32 || (f32_bits(got) & 0xffffu) == 0) && isfinite(got);
+        else ok = dp_sum16_ok(got, i, p, step + 10 * g.tp_rank, f32);
         bad += !ok;
         lo[i] = hi[i] = f32_bits(got);
       }
@@ -1293,18 +1303,7 @@ START_TEST(test_dp_reduce_owner) {
           bad += got != (float)((base + (double)i) * rsum);
           continue;
         }
-        const int f32 = i < emb;
-        float t[4] = {0};
-        double exact = 0, mag = 0;
-        for (int r = 0; r < p; r++) {
-          const float v = dp_val(i, r, step + 10 * g.tp_rank);
-          t[r & 3] = f32 ? v : gj_bf16_rounded(v);
-          exact += t[r & 3], mag += fabs(t[r & 3]);
-        }
-        int ok = f32 || (f32_bits(got) & 0xffffu) == 0;
-        if (p == 2) ok = ok && f32_bits(got) == f32_bits(f32 ? t[0] + t[1] : gj_bf16_rounded(t[0] + t[1]));
-        else ok = ok && fabs(got - exact) <= 1.001 * (p - 1) * mag / (f32 ? 16777216.0 : 256.0);
-        bad += !ok;
+        bad += !dp_sum16_ok(got, i, p, step + 10 * g.tp_rank, i < emb);
       }
     }
     gj_dp_free(&s);

@@ -193,9 +193,10 @@ static int post(gj_dp_sync *s, size_t lo, size_t hi) {
     if (root < 0) rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)(b - a), type, op, s->g->dp, &s->req[s->nreq]);
     else if (root == s->g->dp_rank) rc = MPI_Ireduce(MPI_IN_PLACE, x, (int)(b - a), type, op, root, s->g->dp, &s->req[s->nreq]);
     else rc = MPI_Ireduce(x, NULL, (int)(b - a), type, op, root, s->g->dp, &s->req[s->nreq]);
-    if (rc == MPI_SUCCESS) posted(s);
-    else return gj_mpi_fail(rc, root >= 0 ? (h ? "MPI_Ireduce(gradients, bf16)" : "MPI_Ireduce(gradients)")
-                                          : (h ? "MPI_Iallreduce(gradients, bf16)" : "MPI_Iallreduce(gradients)"));
+    if (rc != MPI_SUCCESS)
+      return gj_mpi_fail(rc, root < 0 ? (h ? "MPI_Iallreduce(gradients, bf16)" : "MPI_Iallreduce(gradients)")
+                                      : (h ? "MPI_Ireduce(gradients, bf16)" : "MPI_Ireduce(gradients)"));
+    posted(s);
     s->bytes += (double)(b - a) * (h ? 2 : sizeof(float));
     b = a;
   }
